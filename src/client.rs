@@ -1,0 +1,301 @@
+//! Client tools: `ktimer send` (produce commands) and `ktimer tail` (read what fired).
+
+use crate::codec::Codec;
+use crate::command::{Callback, CommandKind, CommandResult, DeliveryMode, TimerCommand};
+use crate::config::{KafkaArgs, SendArgs, SendFormat, SendKind, TailArgs};
+use crate::now_ms;
+use crate::service::client_config;
+use crate::sink::headers;
+use anyhow::Context;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use std::io::Read;
+use std::time::Duration;
+
+/// `ktimer send`: produces commands and prints where they went.
+pub async fn send(args: SendArgs) -> anyhow::Result<()> {
+    let codec = Codec::new(args.kafka.schema_registry_url.as_deref())?;
+    let producer: FutureProducer = client_config(&args.kafka)
+        .set("enable.idempotence", "true")
+        .create()
+        .context("creating the producer")?;
+    let cmds = match &args.file {
+        Some(path) => read_commands(path)?,
+        None => commands_from_flags(&args)?,
+    };
+    let topic = &args.kafka.commands_topic;
+    for cmd in &cmds {
+        let value = match args.format {
+            SendFormat::Avro => codec.encode_command(cmd, topic).await?,
+            SendFormat::Json => serde_json::to_vec(cmd)?,
+        };
+        let rec = FutureRecord::to(topic)
+            .key(cmd.timer_id.as_bytes())
+            .payload(&value);
+        let (partition, offset) = match producer.send(rec, Duration::from_secs(30)).await {
+            Ok(d) => (d.partition, d.offset),
+            Err((e, _)) => anyhow::bail!("sending {}: {e}", cmd.timer_id),
+        };
+        let due = match (cmd.at_ms, cmd.delay_ms) {
+            (Some(at), _) => format!(" due={}", clock(at)),
+            (None, Some(d)) => format!(" due=+{d}ms"),
+            _ => String::new(),
+        };
+        println!(
+            "sent {} timer={} request={}{due} -> {topic}[{partition}]@{offset}",
+            cmd.kind.as_str(),
+            cmd.timer_id,
+            cmd.request_id
+        );
+    }
+    Ok(())
+}
+
+fn unique() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{:x}{:08x}{}",
+        now_ms(),
+        nanos ^ std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
+    let base_id = a.timer_id.clone().unwrap_or_else(|| format!("t-{}", unique()));
+    let kind = match a.kind {
+        SendKind::Once => CommandKind::CreateOnce,
+        SendKind::Cancel => CommandKind::Cancel,
+    };
+    if kind == CommandKind::Cancel && a.timer_id.is_none() {
+        anyhow::bail!("--kind cancel needs --timer-id");
+    }
+    if kind == CommandKind::CreateOnce && a.at_ms.is_none() && a.delay_ms.is_none() {
+        anyhow::bail!("a one-shot timer needs --at-ms or --delay-ms");
+    }
+    let now = now_ms();
+    let cmds = (0..a.count.max(1))
+        .map(|i| {
+            let timer_id = if a.count > 1 {
+                format!("{base_id}-{}", i + 1)
+            } else {
+                base_id.clone()
+            };
+            let shift = a.spread_ms * i64::from(i);
+            TimerCommand {
+                request_id: format!("r-{}", unique()),
+                timer_id,
+                application: a.application.clone(),
+                kind,
+                at_ms: a.at_ms.map(|t| t + shift),
+                delay_ms: a.delay_ms.map(|d| d + shift),
+                cron: None,
+                time_zone: None,
+                start_ms: None,
+                end_ms: None,
+                max_fires: None,
+                misfire: None,
+                callback: (kind == CommandKind::CreateOnce).then(|| Callback {
+                    topic: a.callback_topic.clone(),
+                    key: None,
+                    headers: a.headers.iter().cloned().collect(),
+                    payload: a.payload.clone().into_bytes(),
+                    mode: if a.raw {
+                        DeliveryMode::Raw
+                    } else {
+                        DeliveryMode::Envelope
+                    },
+                }),
+                sent_at_ms: Some(now),
+            }
+        })
+        .collect();
+    Ok(cmds)
+}
+
+/// Reads commands from JSON: one object, an array, or one object per line.
+fn read_commands(path: &std::path::Path) -> anyhow::Result<Vec<TimerCommand>> {
+    let mut text = String::new();
+    if path.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text)?;
+    } else {
+        text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    }
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        return Ok(serde_json::from_str(trimmed)?);
+    }
+    serde_json::Deserializer::from_str(trimmed)
+        .into_iter::<TimerCommand>()
+        .map(|r| r.context("invalid command JSON"))
+        .collect()
+}
+
+/// `ktimer tail`: prints fired records and results until the count or idle limit.
+pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
+    let k = &args.kafka;
+    let codec = Codec::new(k.schema_registry_url.as_deref())?;
+    let topics = if args.topics.is_empty() {
+        vec![k.fired_topic.clone(), k.results_topic.clone()]
+    } else {
+        args.topics.clone()
+    };
+    let consumer = assigned_consumer(k, &topics, args.from_beginning)?;
+    eprintln!("tailing {} (ctrl-c to stop)", topics.join(", "));
+    let mut seen = 0u64;
+    let idle = Duration::from_millis(args.idle_exit_ms.unwrap_or(u64::MAX / 4));
+    loop {
+        let msg = match tokio::time::timeout(idle, consumer.recv()).await {
+            Err(_) => break,
+            Ok(m) => m?,
+        };
+        let line = describe(&codec, &msg, &k.results_topic, now_ms()).await;
+        if args.json {
+            println!("{}", line.json);
+        } else {
+            println!("{}", line.text);
+        }
+        seen += 1;
+        if args.count.is_some_and(|c| seen >= c) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A consumer assigned to every partition of `topics` at their end (or beginning),
+/// with the positions resolved before it returns: nothing produced later is missed.
+pub fn assigned_consumer(
+    k: &KafkaArgs,
+    topics: &[String],
+    from_beginning: bool,
+) -> anyhow::Result<StreamConsumer> {
+    let consumer: StreamConsumer = client_config(k)
+        .set("group.id", format!("ktimer-tail-{}", unique()))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    for t in topics {
+        let md = consumer.fetch_metadata(Some(t), Duration::from_secs(10))?;
+        let parts: Vec<i32> = md
+            .topics()
+            .iter()
+            .flat_map(|mt| mt.partitions().iter().map(|p| p.id()))
+            .collect();
+        anyhow::ensure!(!parts.is_empty(), "topic {t:?} does not exist");
+        for p in parts {
+            let (low, high) = consumer.fetch_watermarks(t, p, Duration::from_secs(10))?;
+            let at = if from_beginning { low } else { high };
+            tpl.add_partition_offset(t, p, Offset::Offset(at))?;
+        }
+    }
+    consumer.assign(&tpl)?;
+    Ok(consumer)
+}
+
+/// One record, described for people and for scripts.
+pub struct Described {
+    /// Human-readable line.
+    pub text: String,
+    /// JSON line.
+    pub json: serde_json::Value,
+}
+
+/// Describes a fired record or a command result received at `received_ms`.
+pub async fn describe<M: Message>(
+    codec: &Codec,
+    msg: &M,
+    results_topic: &str,
+    received_ms: i64,
+) -> Described {
+    if msg.topic() == results_topic {
+        return match codec.decode_result(msg.payload().unwrap_or_default()).await {
+            Ok(r) => describe_result(&r),
+            Err(e) => undecodable(msg, &e.to_string()),
+        };
+    }
+    let h = |name: &str| -> Option<String> {
+        msg.headers()?
+            .iter()
+            .find(|x| x.key == name)
+            .and_then(|x| x.value)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    let num = |name: &str| h(name).and_then(|v| v.parse::<i64>().ok());
+    let (Some(due), Some(fired)) = (num(headers::DUE_MS), num(headers::FIRED_MS)) else {
+        return undecodable(msg, "no ktimer headers");
+    };
+    let payload = msg.payload().unwrap_or_default();
+    let body = match codec.decode_fired(payload).await {
+        Ok(ev) => ev.payload,
+        Err(_) => payload.to_vec(),
+    };
+    let text_payload = String::from_utf8_lossy(&body);
+    let timer = h(headers::TIMER_ID).unwrap_or_default();
+    let fire_id = h(headers::FIRE_ID).unwrap_or_default();
+    Described {
+        text: format!(
+            "FIRED  {timer:<24} due {} fired +{}ms received +{}ms payload {:?} ({}[{}]@{})",
+            clock(due),
+            fired - due,
+            received_ms - due,
+            text_payload,
+            msg.topic(),
+            msg.partition(),
+            msg.offset()
+        ),
+        json: serde_json::json!({
+            "type": "fired", "timer_id": timer, "fire_id": fire_id, "due_ms": due,
+            "fired_ms": fired, "received_ms": received_ms, "payload": text_payload,
+            "topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+        }),
+    }
+}
+
+fn describe_result(r: &CommandResult) -> Described {
+    let mut text = format!(
+        "RESULT {:<24} {} {:?}",
+        r.timer_id.as_deref().unwrap_or("?"),
+        r.kind.as_deref().unwrap_or("?"),
+        r.outcome
+    );
+    if let Some(s) = &r.state {
+        text.push_str(&format!(" state={s}"));
+    }
+    if let Some(d) = r.due_ms {
+        text.push_str(&format!(" due {}", clock(d)));
+    }
+    if let Some(reason) = &r.reason {
+        text.push_str(&format!(" reason: {reason}"));
+    }
+    Described {
+        text,
+        json: serde_json::json!({
+            "type": "result", "request_id": r.request_id, "timer_id": r.timer_id,
+            "kind": r.kind, "outcome": r.outcome, "reason": r.reason, "state": r.state,
+            "version": r.version, "due_ms": r.due_ms, "partition": r.partition, "offset": r.offset,
+        }),
+    }
+}
+
+fn undecodable<M: Message>(msg: &M, why: &str) -> Described {
+    Described {
+        text: format!("OTHER  {}[{}]@{}: {why}", msg.topic(), msg.partition(), msg.offset()),
+        json: serde_json::json!({"type": "other", "topic": msg.topic(), "reason": why}),
+    }
+}
+
+/// `HH:MM:SS.mmmZ` of a Unix ms instant.
+fn clock(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_else(|| ms.to_string())
+}

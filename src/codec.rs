@@ -1,0 +1,313 @@
+//! Encodings of commands, results, fired envelopes and stored timers.
+//!
+//! A command's encoding is detected from its first bytes:
+//! - `0x00` + 4-byte schema id: Confluent wire format, decoded through the schema
+//!   registry (only when `--schema-registry-url` is set);
+//! - `0xC3 0x01` + 8-byte Rabin fingerprint: Avro single-object encoding with the
+//!   schema in `schemas/timer_command.avsc`;
+//! - `{` (after optional white space): JSON, for hand-written commands.
+//!
+//! Anything else is rejected with a reason. Results and fired envelopes are written in
+//! the Confluent format when a registry is configured, as single objects otherwise.
+
+use crate::command::{CommandResult, FiredEvent, TimerCommand};
+use crate::validate::TimerDef;
+use apache_avro::headers::{HeaderBuilder, RabinFingerprintHeader};
+use apache_avro::types::Value;
+use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::writer::datum::GenericDatumWriter;
+use apache_avro::Schema;
+use schema_registry_converter::async_impl::avro::{AvroDecoder, AvroEncoder};
+use schema_registry_converter::async_impl::schema_registry::SrSettings;
+use schema_registry_converter::schema_registry_common::{
+    SchemaType, SubjectNameStrategy, SuppliedSchema,
+};
+use serde::{de::DeserializeOwned, Serialize};
+use std::sync::LazyLock;
+
+/// Errors of encoding and decoding.
+#[derive(Debug, thiserror::Error)]
+pub enum CodecError {
+    /// The bytes are not a valid command (or result, or envelope). Not retryable.
+    #[error("{0}")]
+    Malformed(String),
+    /// The schema registry failed; retryable when the registry said so.
+    #[error("schema registry: {message}")]
+    Registry {
+        /// What went wrong.
+        message: String,
+        /// Whether trying again may succeed.
+        retryable: bool,
+    },
+    /// A value did not fit its schema (a bug, not retryable).
+    #[error("encoding failed: {0}")]
+    Encode(String),
+}
+
+impl CodecError {
+    /// Whether the same call may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, CodecError::Registry { retryable: true, .. })
+    }
+}
+
+/// The encodings a command may arrive in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// Confluent wire format (magic 0, schema id).
+    Confluent,
+    /// Avro single-object encoding (C3 01, fingerprint).
+    SingleObject,
+    /// JSON text.
+    Json,
+}
+
+impl Encoding {
+    /// Detects the encoding from the first bytes.
+    pub fn detect(bytes: &[u8]) -> Option<Encoding> {
+        match bytes {
+            [0x00, _, _, _, _, ..] => Some(Encoding::Confluent),
+            [0xC3, 0x01, ..] => Some(Encoding::SingleObject),
+            _ if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') => {
+                Some(Encoding::Json)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One built-in schema with its reader, writer and single-object header.
+struct Built {
+    schema: &'static Schema,
+    json: &'static str,
+    header: Vec<u8>,
+    reader: GenericDatumReader<'static>,
+    writer: GenericDatumWriter<'static>,
+}
+
+impl Built {
+    fn new(json: &'static str) -> Built {
+        let schema: &'static Schema =
+            Box::leak(Box::new(Schema::parse_str(json).expect("built-in schema parses")));
+        Built {
+            schema,
+            json,
+            header: RabinFingerprintHeader::from_schema(schema).build_header(),
+            reader: GenericDatumReader::builder(schema).build().expect("reader"),
+            writer: GenericDatumWriter::builder(schema).build().expect("writer"),
+        }
+    }
+
+    fn datum<T: Serialize>(&self, v: &T, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        let value = apache_avro::to_value(v)
+            .and_then(|v| v.resolve(self.schema))
+            .map_err(|e| CodecError::Encode(e.to_string()))?;
+        self.writer
+            .write_value(out, value)
+            .map_err(|e| CodecError::Encode(e.to_string()))?;
+        Ok(())
+    }
+
+    fn single<T: Serialize>(&self, v: &T) -> Result<Vec<u8>, CodecError> {
+        let mut out = self.header.clone();
+        self.datum(v, &mut out)?;
+        Ok(out)
+    }
+
+    fn read_datum<T: DeserializeOwned>(&self, mut bytes: &[u8]) -> Result<T, CodecError> {
+        let value = self
+            .reader
+            .read_value(&mut bytes)
+            .map_err(|e| CodecError::Malformed(format!("invalid Avro datum: {e}")))?;
+        if !bytes.is_empty() {
+            return Err(CodecError::Malformed(format!(
+                "{} bytes left over after the Avro datum",
+                bytes.len()
+            )));
+        }
+        from_value(&value)
+    }
+
+    fn read_single<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, CodecError> {
+        match bytes.strip_prefix(self.header.as_slice()) {
+            Some(rest) => self.read_datum(rest),
+            None if bytes.len() < self.header.len() => Err(CodecError::Malformed(
+                "truncated Avro single-object header".into(),
+            )),
+            None => Err(CodecError::Malformed(format!(
+                "Avro single object with unknown schema fingerprint {:02x?}; expected the {} schema",
+                &bytes[2..10],
+                self.schema.name().map(|n| n.fullname(None)).unwrap_or_default()
+            ))),
+        }
+    }
+
+    fn supplied(&self) -> SuppliedSchema {
+        SuppliedSchema::new(
+            self.schema.name().map(|n| n.fullname(None)),
+            SchemaType::Avro,
+            self.json.to_string(),
+        )
+    }
+}
+
+fn from_value<T: DeserializeOwned>(v: &Value) -> Result<T, CodecError> {
+    apache_avro::from_value(v).map_err(|e| CodecError::Malformed(format!("invalid fields: {e}")))
+}
+
+struct Schemas {
+    command: Built,
+    result: Built,
+    fired: Built,
+    stored: Built,
+}
+
+static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas {
+    command: Built::new(include_str!("../schemas/timer_command.avsc")),
+    result: Built::new(include_str!("../schemas/command_result.avsc")),
+    fired: Built::new(include_str!("../schemas/fired_event.avsc")),
+    stored: Built::new(include_str!("../schemas/stored_timer.avsc")),
+});
+
+/// Encoder and decoder of everything ktimer reads and writes.
+pub struct Codec {
+    registry: Option<(AvroDecoder, AvroEncoder)>,
+}
+
+impl Codec {
+    /// A codec; with a registry URL, Confluent-framed records are decoded and written.
+    pub fn new(schema_registry_url: Option<&str>) -> Result<Codec, CodecError> {
+        let registry = match schema_registry_url {
+            None => None,
+            Some(url) => {
+                let settings = |url: &str| {
+                    SrSettings::new_builder(url.to_string())
+                        .no_proxy()
+                        .build()
+                        .map_err(|e| CodecError::Registry {
+                            message: e.to_string(),
+                            retryable: false,
+                        })
+                };
+                Some((AvroDecoder::new(settings(url)?), AvroEncoder::new(settings(url)?)))
+            }
+        };
+        LazyLock::force(&SCHEMAS);
+        Ok(Codec { registry })
+    }
+
+    /// Decodes a command in any supported encoding.
+    pub async fn decode_command(&self, bytes: &[u8]) -> Result<TimerCommand, CodecError> {
+        let s = &SCHEMAS.command;
+        match Encoding::detect(bytes) {
+            Some(Encoding::Json) => serde_json::from_slice(bytes)
+                .map_err(|e| CodecError::Malformed(format!("invalid JSON command: {e}"))),
+            Some(Encoding::SingleObject) => s.read_single(bytes),
+            Some(Encoding::Confluent) => {
+                let Some((decoder, _)) = &self.registry else {
+                    return Err(CodecError::Malformed(
+                        "Confluent wire format (magic byte 0) but no schema registry is configured (--schema-registry-url)".into(),
+                    ));
+                };
+                let decoded = decoder.decode(Some(bytes)).await.map_err(registry_error)?;
+                let value = decoded.value.resolve(s.schema).map_err(|e| {
+                    CodecError::Malformed(format!(
+                        "the writer schema is not compatible with TimerCommand: {e}"
+                    ))
+                })?;
+                from_value(&value)
+            }
+            None if bytes.is_empty() => Err(CodecError::Malformed(
+                "empty record value (a tombstone is not a command)".into(),
+            )),
+            None => Err(CodecError::Malformed(format!(
+                "unrecognised encoding (first byte 0x{:02x}); expected Confluent Avro (0x00), Avro single object (0xC3 0x01) or JSON ('{{')",
+                bytes[0]
+            ))),
+        }
+    }
+
+    /// Encodes a command as a single object, or in Confluent format for `topic`'s subject.
+    pub async fn encode_command(
+        &self,
+        cmd: &TimerCommand,
+        topic: &str,
+    ) -> Result<Vec<u8>, CodecError> {
+        self.encode(&SCHEMAS.command, cmd, topic).await
+    }
+
+    /// Encodes a command result for the results topic `topic`.
+    pub async fn encode_result(
+        &self,
+        r: &CommandResult,
+        topic: &str,
+    ) -> Result<Vec<u8>, CodecError> {
+        self.encode(&SCHEMAS.result, r, topic).await
+    }
+
+    /// Encodes a fired envelope for the callback topic `topic`.
+    pub async fn encode_fired(&self, e: &FiredEvent, topic: &str) -> Result<Vec<u8>, CodecError> {
+        self.encode(&SCHEMAS.fired, e, topic).await
+    }
+
+    /// Decodes a command result (either framing).
+    pub async fn decode_result(&self, bytes: &[u8]) -> Result<CommandResult, CodecError> {
+        self.decode(&SCHEMAS.result, bytes).await
+    }
+
+    /// Decodes a fired envelope (either framing).
+    pub async fn decode_fired(&self, bytes: &[u8]) -> Result<FiredEvent, CodecError> {
+        self.decode(&SCHEMAS.fired, bytes).await
+    }
+
+    async fn encode<T: Serialize>(
+        &self,
+        b: &Built,
+        v: &T,
+        topic: &str,
+    ) -> Result<Vec<u8>, CodecError> {
+        match &self.registry {
+            None => b.single(v),
+            Some((_, encoder)) => {
+                let strategy =
+                    SubjectNameStrategy::TopicNameStrategyWithSchema(topic.into(), false, b.supplied());
+                let value = apache_avro::to_value(v)
+                    .and_then(|v| v.resolve(b.schema))
+                    .map_err(|e| CodecError::Encode(e.to_string()))?;
+                encoder
+                    .encode_value(value, &strategy)
+                    .await
+                    .map_err(registry_error)
+            }
+        }
+    }
+
+    async fn decode<T: DeserializeOwned>(&self, b: &Built, bytes: &[u8]) -> Result<T, CodecError> {
+        match (Encoding::detect(bytes), &self.registry) {
+            (Some(Encoding::Confluent), Some((decoder, _))) => {
+                let decoded = decoder.decode(Some(bytes)).await.map_err(registry_error)?;
+                from_value(&decoded.value)
+            }
+            _ => b.read_single(bytes),
+        }
+    }
+}
+
+/// Encodes the stored part of a timer (compact Avro datum, no header).
+pub fn encode_stored(def: &TimerDef) -> Result<Vec<u8>, CodecError> {
+    let mut out = Vec::with_capacity(32 + def.callback.payload.len());
+    SCHEMAS.stored.datum(def, &mut out)?;
+    Ok(out)
+}
+
+/// Decodes what [`encode_stored`] wrote.
+pub fn decode_stored(bytes: &[u8]) -> Result<TimerDef, CodecError> {
+    SCHEMAS.stored.read_datum(bytes)
+}
+
+fn registry_error(e: schema_registry_converter::error::SRCError) -> CodecError {
+    CodecError::Registry {
+        retryable: e.retriable,
+        message: e.to_string(),
+    }
+}

@@ -1,0 +1,236 @@
+//! Command-line configuration. Every flag can also be set by an environment variable.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// ktimer: a Kafka-native distributed timer service.
+///
+/// Producers send timer commands to the commands topic; ktimer fires each timer at its
+/// due millisecond by producing a record to the timer's callback topic, and answers every
+/// command on the results topic.
+#[derive(Debug, Parser)]
+#[command(name = "ktimer", version, about, long_about)]
+pub struct Cli {
+    /// Log filter (tracing-subscriber EnvFilter syntax), e.g. `info` or `ktimer=debug`.
+    #[arg(long, env = "KTIMER_LOG", default_value = "info", global = true)]
+    pub log: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the timer service (one member of the consumer group).
+    Run(RunArgs),
+    /// Manage the topics declared in topics/.
+    #[command(subcommand)]
+    Topics(TopicsCommand),
+    /// Produce a timer command built from flags or read from a JSON file.
+    Send(SendArgs),
+    /// Print fired records and command results in a readable form.
+    Tail(TailArgs),
+}
+
+/// `ktimer topics ...`
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// Create the declared topics that are missing and check the others (idempotent).
+    Apply(TopicsApplyArgs),
+}
+
+/// Where the broker is and which topics ktimer uses.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KTIMER_BROKERS", default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+    /// Topic the timer commands are produced to (key = timer id).
+    #[arg(long, env = "KTIMER_COMMANDS_TOPIC", default_value = "ktimer.commands")]
+    pub commands_topic: String,
+    /// Topic of command results.
+    #[arg(long, env = "KTIMER_RESULTS_TOPIC", default_value = "ktimer.results")]
+    pub results_topic: String,
+    /// Default callback topic of fired timers.
+    #[arg(long, env = "KTIMER_FIRED_TOPIC", default_value = "ktimer.fired")]
+    pub fired_topic: String,
+    /// Topic for commands that cannot be decoded (a copy, with the reason in a header).
+    #[arg(long, env = "KTIMER_DEAD_LETTER_TOPIC", default_value = "ktimer.dead-letter")]
+    pub dead_letter_topic: String,
+    /// Confluent schema registry URL; without it Avro uses single-object encoding.
+    #[arg(long, env = "KTIMER_SCHEMA_REGISTRY_URL")]
+    pub schema_registry_url: Option<String>,
+    /// Extra librdkafka property for every client, `key=value` (repeatable; comma-separated in the variable).
+    #[arg(long = "kafka-option", env = "KTIMER_KAFKA_OPTIONS", value_delimiter = ',', value_parser = parse_kv)]
+    pub kafka_options: Vec<(String, String)>,
+}
+
+/// `ktimer run`
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Broker and topics.
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// Redis URL.
+    #[arg(long, env = "KTIMER_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// Prefix of every Redis key.
+    #[arg(long, env = "KTIMER_REDIS_PREFIX", default_value = "ktimer")]
+    pub redis_prefix: String,
+    /// Consumer group of the ktimer instances.
+    #[arg(long, env = "KTIMER_GROUP_ID", default_value = "ktimer")]
+    pub group_id: String,
+    /// Address of the HTTP admin port (/metrics, /healthz, /readyz, /timers/ID); `off` to disable.
+    #[arg(long, env = "KTIMER_ADMIN_ADDR", default_value = "127.0.0.1:9464", value_parser = parse_addr)]
+    pub admin_addr: AdminAddr,
+    /// Claim fires this many ms before they are due, then wait for the due ms in memory.
+    #[arg(long, env = "KTIMER_CLAIM_AHEAD_MS", default_value_t = 100)]
+    pub claim_ahead_ms: i64,
+    /// Most fires claimed from Redis in one call.
+    #[arg(long, env = "KTIMER_CLAIM_BATCH", default_value_t = 2000)]
+    pub claim_batch: usize,
+    /// Longest a trigger sleeps without being woken (safety net, not a poll interval).
+    #[arg(long, env = "KTIMER_MAX_IDLE_MS", default_value_t = 5000)]
+    pub max_idle_ms: i64,
+    /// Most command records handled per batch.
+    #[arg(long, env = "KTIMER_INTAKE_BATCH", default_value_t = 1000)]
+    pub intake_batch: usize,
+    /// How long fired and cancelled timers stay in Redis for look-up and de-duplication.
+    #[arg(long, env = "KTIMER_RETENTION_MS", default_value_t = 86_400_000)]
+    pub retention_ms: i64,
+    /// Largest accepted payload.
+    #[arg(long, env = "KTIMER_MAX_PAYLOAD_BYTES", default_value_t = 512 * 1024)]
+    pub max_payload_bytes: usize,
+    /// Largest accepted distance to a due time, in days.
+    #[arg(long, env = "KTIMER_MAX_HORIZON_DAYS", default_value_t = 3660)]
+    pub max_horizon_days: i64,
+    /// First delivery retry delay; doubles per attempt.
+    #[arg(long, env = "KTIMER_RETRY_BASE_MS", default_value_t = 100)]
+    pub retry_base_ms: i64,
+    /// Largest delivery retry delay.
+    #[arg(long, env = "KTIMER_RETRY_MAX_MS", default_value_t = 30_000)]
+    pub retry_max_ms: i64,
+}
+
+/// `ktimer topics apply`
+#[derive(Debug, Clone, Args)]
+pub struct TopicsApplyArgs {
+    /// Broker and topic names (a declared topic's name is replaced by the flag of its role).
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// Declaration file; the built-in topics/ktimer.toml when absent.
+    #[arg(long, env = "KTIMER_TOPICS_FILE")]
+    pub file: Option<PathBuf>,
+    /// Override the partition count of every declared topic.
+    #[arg(long, env = "KTIMER_TOPIC_PARTITIONS")]
+    pub partitions: Option<i32>,
+}
+
+/// Kind of command `ktimer send` builds from flags.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SendKind {
+    /// A one-shot timer (needs --at-ms or --delay-ms).
+    Once,
+    /// Cancel the timer --timer-id.
+    Cancel,
+}
+
+/// Encoding `ktimer send` writes.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
+pub enum SendFormat {
+    /// Avro (Confluent wire format with a registry, single-object encoding without).
+    Avro,
+    /// JSON text.
+    Json,
+}
+
+/// `ktimer send`
+#[derive(Debug, Clone, Args)]
+pub struct SendArgs {
+    /// Broker and topics.
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// Read commands from this JSON file (an object, an array, or one object per line; `-` for stdin).
+    #[arg(long, env = "KTIMER_SEND_FILE")]
+    pub file: Option<PathBuf>,
+    /// Kind of command to build from flags.
+    #[arg(long, value_enum, default_value = "once")]
+    pub kind: SendKind,
+    /// Timer id (default: a fresh id).
+    #[arg(long)]
+    pub timer_id: Option<String>,
+    /// Application (tenant).
+    #[arg(long, env = "KTIMER_APPLICATION", default_value = "default")]
+    pub application: String,
+    /// Due instant, Unix epoch ms.
+    #[arg(long, conflicts_with = "delay_ms")]
+    pub at_ms: Option<i64>,
+    /// Delay from now, ms.
+    #[arg(long)]
+    pub delay_ms: Option<i64>,
+    /// Callback topic (default: the service's fired topic).
+    #[arg(long)]
+    pub callback_topic: Option<String>,
+    /// Payload text.
+    #[arg(long, default_value = "")]
+    pub payload: String,
+    /// Deliver the raw payload instead of the FiredEvent envelope.
+    #[arg(long)]
+    pub raw: bool,
+    /// Extra header of the fired record, `key=value` (repeatable).
+    #[arg(long = "header", value_parser = parse_kv)]
+    pub headers: Vec<(String, String)>,
+    /// Send this many timers (ids suffixed -1, -2, ...), each due `--spread-ms` after the previous.
+    #[arg(long, default_value_t = 1)]
+    pub count: u32,
+    /// Spacing of due times with --count.
+    #[arg(long, default_value_t = 0)]
+    pub spread_ms: i64,
+    /// Encoding to write.
+    #[arg(long, value_enum, env = "KTIMER_SEND_FORMAT", default_value = "avro")]
+    pub format: SendFormat,
+}
+
+/// `ktimer tail`
+#[derive(Debug, Clone, Args)]
+pub struct TailArgs {
+    /// Broker and topics.
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    /// Topics to read (default: the fired and results topics).
+    #[arg(long = "topic")]
+    pub topics: Vec<String>,
+    /// Start from the beginning instead of the end.
+    #[arg(long)]
+    pub from_beginning: bool,
+    /// Exit after this many records.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Exit after this many ms without a record.
+    #[arg(long)]
+    pub idle_exit_ms: Option<u64>,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+/// The admin listen address, or none (`off`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdminAddr(pub Option<SocketAddr>);
+
+fn parse_addr(s: &str) -> Result<AdminAddr, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(AdminAddr(None));
+    }
+    s.parse()
+        .map(|a| AdminAddr(Some(a)))
+        .map_err(|e| format!("{s:?}: {e}"))
+}

@@ -1,0 +1,54 @@
+//! The `ktimer` binary: parses the command line and hands over to the library.
+
+use clap::Parser;
+use ktimer::config::{Cli, Command, TopicsApplyArgs, TopicsCommand};
+use ktimer::{client, service, shutdown, topics};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&cli.log).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Run(args) => service::run(args, shutdown::on_signals(), None).await,
+        Command::Topics(TopicsCommand::Apply(args)) => apply_topics(args).await,
+        Command::Send(args) => client::send(args).await,
+        Command::Tail(args) => client::tail(args).await,
+    }
+}
+
+/// `ktimer topics apply`: names each declared topic after its role's flag, then applies.
+async fn apply_topics(args: TopicsApplyArgs) -> anyhow::Result<()> {
+    let mut specs = match &args.file {
+        Some(path) => topics::load(path)?,
+        None => topics::builtin(),
+    };
+    let k = &args.kafka;
+    for s in &mut specs {
+        match s.role.as_str() {
+            "commands" => s.name = k.commands_topic.clone(),
+            "results" => s.name = k.results_topic.clone(),
+            "fired" => s.name = k.fired_topic.clone(),
+            "dead_letter" => s.name = k.dead_letter_topic.clone(),
+            _ => {}
+        }
+        if let Some(p) = args.partitions {
+            s.partitions = p;
+        }
+    }
+    for (spec, applied) in topics::apply(&k.brokers, &specs).await? {
+        let what = match applied {
+            topics::Applied::Created => format!("created with {} partitions", spec.partitions),
+            topics::Applied::Exists(n) => format!("exists with {n} partitions"),
+            topics::Applied::FewerPartitions(n) => format!(
+                "exists with {n} partitions, fewer than the {} declared; left unchanged (raising it would move timers between partitions)",
+                spec.partitions
+            ),
+        };
+        println!("topic {:<28} ({:<11}) {what}", spec.name, spec.role);
+    }
+    Ok(())
+}

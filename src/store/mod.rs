@@ -1,0 +1,384 @@
+//! The Redis store: timers, minute slices, the in-flight set, offsets and epochs.
+//!
+//! Every key of commands-topic partition `p` carries the hash tag `{topic:p}`, so one
+//! partition lives in one Redis Cluster slot and every Lua script touches one slot:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `PREFIX:{topic:p}:t:ID` | hash | timer `ID`: `v` version, `st` state, `rq` request id, `due`, `d` definition |
+//! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute: member `version:due:id`, score due ms |
+//! | `PREFIX:{topic:p}:idx` | zset | the minutes whose slice is not empty |
+//! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker |
+//! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset applied |
+//! | `PREFIX:{topic:p}:epoch` | string | bumped by each new owner; every script checks it (fencing) |
+//!
+//! The scripts are in `src/store/*.lua`, loaded into Redis once at start (and again only
+//! if Redis lost them).
+
+use crate::codec;
+use crate::validate::{Op, TimerDef};
+use redis::aio::ConnectionManager;
+use redis::{Pipeline, Script};
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis failed; see [`StoreError::is_retryable`].
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// Another instance owns the partition now (its epoch moved). Not retryable.
+    #[error("partition {0} is fenced: another instance owns it")]
+    Fenced(i32),
+    /// A script returned something this code does not understand. Not retryable.
+    #[error("unexpected reply from Redis: {0}")]
+    Reply(String),
+}
+
+impl StoreError {
+    /// Whether the same call may succeed later (connection trouble, Redis loading...).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StoreError::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
+                    || e.is_connection_refusal()
+                    || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                    || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The Lua scripts, loaded once.
+struct Scripts {
+    apply: Script,
+    claim: Script,
+    ack: Script,
+    recover: Script,
+}
+
+/// The key names of one partition.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    tag: String,
+}
+
+impl Keys {
+    fn key(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.tag)
+    }
+    fn timer_prefix(&self) -> String {
+        self.key("t:")
+    }
+    fn slice_prefix(&self) -> String {
+        self.key("s:")
+    }
+}
+
+/// A command ready to apply: the validated op plus where it came from.
+#[derive(Debug, Clone)]
+pub struct ApplyRequest {
+    /// Commands-topic partition.
+    pub partition: i32,
+    /// The partition epoch this instance holds.
+    pub epoch: i64,
+    /// Commands-topic offset; becomes the timer version on create.
+    pub offset: i64,
+    /// Timer id.
+    pub timer_id: String,
+    /// Request id.
+    pub request_id: String,
+    /// What to do.
+    pub op: Op,
+}
+
+/// What applying a command did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    /// `accepted`, `duplicate`, `rejected` or `fenced`.
+    pub code: String,
+    /// Timer version, if the timer exists.
+    pub version: Option<i64>,
+    /// Timer state, if the timer exists.
+    pub state: Option<String>,
+    /// Timer due ms, if the timer exists.
+    pub due_ms: Option<i64>,
+    /// Reason of a rejection.
+    pub reason: String,
+}
+
+/// A fire claimed from the store, to be delivered at `due_ms`.
+#[derive(Debug, Clone)]
+pub struct Fire {
+    /// The in-flight member, `version:due:id`; the handle to acknowledge it.
+    pub member: String,
+    /// Timer id.
+    pub timer_id: String,
+    /// Timer version.
+    pub version: i64,
+    /// Due instant, Unix epoch ms.
+    pub due_ms: i64,
+    /// What to deliver.
+    pub def: TimerDef,
+}
+
+/// The result of a claim: fires to deliver and when the next one is due.
+#[derive(Debug)]
+pub struct Claimed {
+    /// Claimed fires, in due order.
+    pub fires: Vec<Fire>,
+    /// Due ms of the earliest fire still in the slices.
+    pub next_due_ms: Option<i64>,
+}
+
+/// Handle to the Redis store. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    scripts: std::sync::Arc<Scripts>,
+    prefix: String,
+    topic: String,
+    retention_ms: i64,
+}
+
+impl Store {
+    /// Connects to `url` and loads the scripts. Keys are `PREFIX:{topic:p}:...`.
+    pub async fn connect(
+        url: &str,
+        prefix: &str,
+        topic: &str,
+        retention_ms: i64,
+    ) -> Result<Store, StoreError> {
+        let client = redis::Client::open(url)?;
+        let conn = ConnectionManager::new(client).await?;
+        let store = Store {
+            conn,
+            scripts: std::sync::Arc::new(Scripts {
+                apply: Script::new(include_str!("apply.lua")),
+                claim: Script::new(include_str!("claim.lua")),
+                ack: Script::new(include_str!("ack.lua")),
+                recover: Script::new(include_str!("recover.lua")),
+            }),
+            prefix: prefix.to_string(),
+            topic: topic.to_string(),
+            retention_ms,
+        };
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    async fn load_scripts(&self) -> Result<(), StoreError> {
+        let s = &self.scripts;
+        let mut p = redis::pipe();
+        p.load_script(&s.apply)
+            .load_script(&s.claim)
+            .load_script(&s.ack)
+            .load_script(&s.recover);
+        let _: Vec<String> = p.query_async(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Runs a pipeline of script calls; reloads the scripts once if Redis lost them.
+    async fn run<T: redis::FromRedisValue>(&self, p: &Pipeline) -> Result<T, StoreError> {
+        match p.query_async(&mut self.conn.clone()).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.load_scripts().await?;
+                Ok(p.query_async(&mut self.conn.clone()).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// The key names of `partition`.
+    pub fn keys(&self, partition: i32) -> Keys {
+        Keys {
+            tag: format!("{}:{{{}:{}}}", self.prefix, self.topic, partition),
+        }
+    }
+
+    /// Takes ownership of `partition`: bumps and returns its epoch, fencing the previous owner.
+    pub async fn acquire(&self, partition: i32) -> Result<i64, StoreError> {
+        let k = self.keys(partition);
+        Ok(redis::cmd("INCR")
+            .arg(k.key("epoch"))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// The highest commands-topic offset applied to `partition`, if any.
+    pub async fn applied_offset(&self, partition: i32) -> Result<Option<i64>, StoreError> {
+        let k = self.keys(partition);
+        Ok(redis::cmd("GET")
+            .arg(k.key("offset"))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Applies commands in one pipeline (per-partition order is kept).
+    pub async fn apply(&self, reqs: &[ApplyRequest]) -> Result<Vec<Applied>, StoreError> {
+        if reqs.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut p = redis::pipe();
+        for r in reqs {
+            let k = self.keys(r.partition);
+            let (op, due, def) = match &r.op {
+                Op::CreateOnce { due_ms, def } => ("create", *due_ms, codec::encode_stored(def)
+                    .map_err(|e| StoreError::Reply(e.to_string()))?),
+                Op::Cancel => ("cancel", 0, vec![]),
+            };
+            let mut inv = self.scripts.apply.prepare_invoke();
+            inv.key(k.key("epoch"))
+                .key(k.key("offset"))
+                .key(format!("{}{}", k.timer_prefix(), r.timer_id))
+                .key(k.key("idx"))
+                .key(k.key("inflight"))
+                .arg(r.epoch)
+                .arg(r.offset)
+                .arg(op)
+                .arg(&r.timer_id)
+                .arg(&r.request_id)
+                .arg(due)
+                .arg(def)
+                .arg(self.retention_ms)
+                .arg(k.slice_prefix());
+            p.invoke_script(&inv);
+        }
+        let rows: Vec<Vec<String>> = self.run(&p).await?;
+        rows.into_iter().map(parse_applied).collect()
+    }
+
+    /// Claims up to `limit` fires of `partition` due at or before `upto_ms`.
+    pub async fn claim(
+        &self,
+        partition: i32,
+        epoch: i64,
+        upto_ms: i64,
+        limit: usize,
+    ) -> Result<Claimed, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.claim.prepare_invoke();
+        inv.key(k.key("epoch"))
+            .key(k.key("idx"))
+            .key(k.key("inflight"))
+            .arg(epoch)
+            .arg(upto_ms)
+            .arg(limit)
+            .arg(k.slice_prefix())
+            .arg(k.timer_prefix());
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (reply,): (Vec<Vec<u8>>,) = self.run(&p).await?;
+        let mut it = reply.into_iter();
+        let head = it.next().unwrap_or_default();
+        if head == b"fenced" {
+            return Err(StoreError::Fenced(partition));
+        }
+        let next_due_ms = std::str::from_utf8(&head)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .map(|f| f as i64);
+        Ok(Claimed {
+            fires: parse_fires(it)?,
+            next_due_ms,
+        })
+    }
+
+    /// Lists the in-flight fires of `partition`, to re-drive them after a takeover.
+    pub async fn recover(&self, partition: i32, epoch: i64) -> Result<Vec<Fire>, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.recover.prepare_invoke();
+        inv.key(k.key("epoch"))
+            .key(k.key("inflight"))
+            .arg(epoch)
+            .arg(k.timer_prefix());
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (reply,): (Vec<Vec<u8>>,) = self.run(&p).await?;
+        if reply.first().map(|h| h.as_slice()) == Some(b"fenced") {
+            return Err(StoreError::Fenced(partition));
+        }
+        parse_fires(reply.into_iter())
+    }
+
+    /// Acknowledges delivered fires of `partition`; returns how many were still in flight.
+    pub async fn ack(
+        &self,
+        partition: i32,
+        epoch: i64,
+        members: &[String],
+    ) -> Result<i64, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.ack.prepare_invoke();
+        inv.key(k.key("epoch"))
+            .key(k.key("inflight"))
+            .arg(epoch)
+            .arg(k.timer_prefix())
+            .arg(self.retention_ms);
+        for m in members {
+            inv.arg(m);
+        }
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (n,): (i64,) = self.run(&p).await?;
+        if n < 0 {
+            return Err(StoreError::Fenced(partition));
+        }
+        Ok(n)
+    }
+
+    /// Reads a timer's fields (for look-up); empty when unknown.
+    pub async fn timer(
+        &self,
+        partition: i32,
+        timer_id: &str,
+    ) -> Result<std::collections::HashMap<String, Vec<u8>>, StoreError> {
+        let k = self.keys(partition);
+        Ok(redis::cmd("HGETALL")
+            .arg(format!("{}{}", k.timer_prefix(), timer_id))
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+}
+
+fn parse_applied(row: Vec<String>) -> Result<Applied, StoreError> {
+    let [code, version, state, due, reason]: [String; 5] = row
+        .try_into()
+        .map_err(|r| StoreError::Reply(format!("apply returned {r:?}")))?;
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    Ok(Applied {
+        code,
+        version: version.parse().ok(),
+        state: opt(&state),
+        due_ms: due.parse().ok(),
+        reason,
+    })
+}
+
+/// Parses `member, definition` pairs into fires.
+fn parse_fires(mut it: impl Iterator<Item = Vec<u8>>) -> Result<Vec<Fire>, StoreError> {
+    let mut out = Vec::new();
+    while let (Some(member), Some(def)) = (it.next(), it.next()) {
+        let member =
+            String::from_utf8(member).map_err(|e| StoreError::Reply(e.to_string()))?;
+        let mut parts = member.splitn(3, ':');
+        let (Some(v), Some(d), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(StoreError::Reply(format!("bad fire member {member}")));
+        };
+        let bad = |_| StoreError::Reply(format!("bad fire member {member}"));
+        let version = v.parse().map_err(bad)?;
+        let due_ms = d.parse().map_err(bad)?;
+        let timer_id = id.to_string();
+        let def = codec::decode_stored(&def).map_err(|e| StoreError::Reply(e.to_string()))?;
+        out.push(Fire {
+            member,
+            timer_id,
+            version,
+            due_ms,
+            def,
+        });
+    }
+    Ok(out)
+}

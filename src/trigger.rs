@@ -1,0 +1,360 @@
+//! The trigger: one task per owned partition that fires its timers at the due millisecond.
+//!
+//! The task sleeps until the next claim time (the next due time minus `claim_ahead`), or
+//! until the intake wakes it because an earlier timer arrived; there is no polling
+//! interval. A claim moves due fires atomically into the in-flight set; the task then
+//! waits in memory for each fire's due millisecond, enqueues its record, and only after
+//! the broker acknowledged it removes it from the in-flight set (batched). A fire is never
+//! produced before its due time: the wall clock is checked after every wake.
+//!
+//! On start the task re-drives whatever the partition has in flight (a previous owner
+//! crashed or lost the partition). Slices of earlier minutes are claimed first, so a
+//! backlog left by downtime drains in due order.
+
+use crate::metrics::Metrics;
+use crate::now_ms;
+use crate::shutdown::CancellationToken;
+use crate::sink::{delivered, Sink, SinkError};
+use crate::store::{Fire, Store, StoreError};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+/// Trigger tuning.
+#[derive(Debug, Clone)]
+pub struct TriggerConfig {
+    /// Claim fires this many ms before they are due (then wait in memory).
+    pub claim_ahead_ms: i64,
+    /// Most fires claimed in one Redis call.
+    pub claim_batch: usize,
+    /// Longest sleep without a wake-up (a safety net, not a polling interval).
+    pub max_idle_ms: i64,
+    /// Delay of the first delivery retry; doubles up to `retry_max_ms`.
+    pub retry_base_ms: i64,
+    /// Largest delay between delivery retries.
+    pub retry_max_ms: i64,
+}
+
+/// Tells a trigger when it must claim next. Shared between the intake and the trigger.
+#[derive(Debug)]
+pub struct Wake {
+    at: AtomicI64,
+    notify: Notify,
+    ahead: i64,
+}
+
+impl Wake {
+    fn new(ahead: i64) -> Wake {
+        Wake {
+            at: AtomicI64::new(i64::MIN),
+            notify: Notify::new(),
+            ahead,
+        }
+    }
+
+    /// A fire due at `due_ms` was stored: wake the trigger if it planned to sleep past it.
+    pub fn due(&self, due_ms: i64) {
+        let t = due_ms.saturating_sub(self.ahead);
+        if t < self.at.fetch_min(t, Ordering::SeqCst) {
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// The intake's handle on a running trigger.
+pub struct TriggerHandle {
+    /// Wakes the trigger for earlier timers.
+    pub wake: Arc<Wake>,
+    /// Fire members cancelled after they may have been claimed.
+    pub cancelled: mpsc::UnboundedSender<String>,
+    token: CancellationToken,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl TriggerHandle {
+    /// Stops the trigger and waits for it to hand back what it holds.
+    pub async fn stop(self) {
+        self.token.cancel();
+        let _ = self.join.await;
+    }
+}
+
+/// A claimed fire waiting for its send time.
+struct Pending {
+    fire: Fire,
+    attempt: i32,
+}
+
+type Sending = Pin<Box<dyn Future<Output = (Pending, Result<(), SinkError>)> + Send>>;
+
+/// Starts the trigger of `partition` holding `epoch`.
+pub fn spawn(
+    partition: i32,
+    epoch: i64,
+    store: Store,
+    sink: Arc<Sink>,
+    metrics: Arc<Metrics>,
+    cfg: TriggerConfig,
+    token: CancellationToken,
+) -> TriggerHandle {
+    let wake = Arc::new(Wake::new(cfg.claim_ahead_ms));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let t = Trigger {
+        partition,
+        epoch,
+        store,
+        sink,
+        metrics,
+        cfg,
+        wake: wake.clone(),
+        cancelled: rx,
+        token: token.clone(),
+        ready: BTreeMap::new(),
+        seq: 0,
+        sending: FuturesUnordered::new(),
+        acks: Vec::new(),
+    };
+    let join = tokio::spawn(t.run());
+    TriggerHandle {
+        wake,
+        cancelled: tx,
+        token,
+        join,
+    }
+}
+
+struct Trigger {
+    partition: i32,
+    epoch: i64,
+    store: Store,
+    sink: Arc<Sink>,
+    metrics: Arc<Metrics>,
+    cfg: TriggerConfig,
+    wake: Arc<Wake>,
+    cancelled: mpsc::UnboundedReceiver<String>,
+    token: CancellationToken,
+    /// Claimed fires by (send time, sequence).
+    ready: BTreeMap<(i64, u64), Pending>,
+    seq: u64,
+    sending: FuturesUnordered<Sending>,
+    /// Members delivered and not yet acknowledged in Redis.
+    acks: Vec<String>,
+}
+
+impl Trigger {
+    async fn run(mut self) {
+        let p = self.partition;
+        tracing::info!(partition = p, epoch = self.epoch, "trigger started");
+        let mut failures = 0u32;
+        match self.store.recover(p, self.epoch).await {
+            Ok(fires) => {
+                if !fires.is_empty() {
+                    tracing::info!(partition = p, fires = fires.len(), "re-driving in-flight fires");
+                }
+                fires.into_iter().for_each(|f| self.push(f, 1));
+            }
+            Err(e) => return self.stopped(e),
+        }
+        loop {
+            if let Err(e) = self.step().await {
+                if !e.is_retryable() {
+                    return self.stopped(e);
+                }
+                self.metrics.redis_errors.with_label_values(&["trigger"]).inc();
+                failures += 1;
+                if failures == 1 || failures.is_power_of_two() {
+                    tracing::warn!(partition = p, error = %e, failures, "trigger: redis call failed; retrying");
+                }
+                let backoff = Duration::from_millis((50u64 << failures.min(6)).min(2_000));
+                tokio::select! {
+                    _ = self.token.cancelled() => {}
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+            } else {
+                failures = 0;
+            }
+            if self.token.is_cancelled() {
+                break;
+            }
+            self.wait().await;
+        }
+        self.drain().await;
+        tracing::info!(partition = p, "trigger stopped");
+    }
+
+    fn stopped(&self, e: StoreError) {
+        tracing::warn!(partition = self.partition, error = %e, "trigger stopped: partition lost");
+    }
+
+    fn push(&mut self, fire: Fire, attempt: i32) {
+        self.push_at(fire.due_ms, fire, attempt);
+    }
+
+    fn push_at(&mut self, at_ms: i64, fire: Fire, attempt: i32) {
+        self.seq += 1;
+        self.ready.insert((at_ms, self.seq), Pending { fire, attempt });
+        self.in_flight_gauge();
+    }
+
+    fn in_flight_gauge(&self) {
+        let n = self.ready.len() + self.sending.len() + self.acks.len();
+        self.metrics
+            .in_flight
+            .with_label_values(&[&self.partition.to_string()])
+            .set(n as i64);
+    }
+
+    /// One round: acknowledge, claim when it is time, send what is due.
+    async fn step(&mut self) -> Result<(), StoreError> {
+        self.flush_acks().await?;
+        let now = now_ms();
+        if self.wake.at.load(Ordering::SeqCst) <= now {
+            self.wake.at.store(i64::MAX, Ordering::SeqCst);
+            let claimed = match self
+                .store
+                .claim(self.partition, self.epoch, now + self.cfg.claim_ahead_ms, self.cfg.claim_batch)
+                .await
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    self.wake.at.store(i64::MIN, Ordering::SeqCst);
+                    return Err(e);
+                }
+            };
+            let full = claimed.fires.len() >= self.cfg.claim_batch;
+            claimed.fires.into_iter().for_each(|f| self.push(f, 1));
+            let next = if full {
+                now
+            } else {
+                claimed
+                    .next_due_ms
+                    .map_or(i64::MAX, |d| d - self.cfg.claim_ahead_ms)
+            };
+            self.wake.at.fetch_min(next, Ordering::SeqCst);
+        }
+        self.send_due().await;
+        Ok(())
+    }
+
+    /// Enqueues every ready fire whose due time has come (by the wall clock).
+    async fn send_due(&mut self) {
+        loop {
+            let now = now_ms();
+            let Some(entry) = self.ready.first_entry() else { break };
+            if entry.key().0 > now {
+                break;
+            }
+            let pending = entry.remove();
+            let lateness = (now - pending.fire.due_ms).max(0);
+            match self.sink.send_fire(&pending.fire, pending.attempt, now).await {
+                Ok(f) => {
+                    self.metrics.fire_lateness.observe(lateness as f64 / 1000.0);
+                    self.sending
+                        .push(Box::pin(delivered(f).map(move |r| (pending, r.map(|_| ())))));
+                }
+                Err(e) => self.retry(pending, e),
+            }
+        }
+    }
+
+    fn retry(&mut self, pending: Pending, e: SinkError) {
+        self.metrics.fires.with_label_values(&["retried"]).inc();
+        let n = pending.attempt.clamp(1, 20) as u32;
+        let delay = (self.cfg.retry_base_ms << (n - 1).min(16)).min(self.cfg.retry_max_ms);
+        if pending.attempt == 1 || pending.attempt.count_ones() == 1 {
+            tracing::warn!(partition = self.partition, error = %e, attempt = pending.attempt,
+                retryable = e.is_retryable(), "fire delivery failed; will retry");
+        }
+        let at = now_ms() + delay;
+        self.push_at(at, pending.fire, pending.attempt + 1);
+    }
+
+    fn delivered(&mut self, pending: Pending, r: Result<(), SinkError>) {
+        match r {
+            Ok(()) => {
+                self.metrics.fires.with_label_values(&["delivered"]).inc();
+                self.acks.push(pending.fire.member);
+            }
+            Err(e) => self.retry(pending, e),
+        }
+    }
+
+    async fn flush_acks(&mut self) -> Result<(), StoreError> {
+        while let Some(Some((p, r))) = self.sending.next().now_or_never() {
+            self.delivered(p, r);
+        }
+        if self.acks.is_empty() {
+            return Ok(());
+        }
+        self.store.ack(self.partition, self.epoch, &self.acks).await?;
+        self.acks.clear();
+        self.in_flight_gauge();
+        Ok(())
+    }
+
+    /// Sleeps until the next send or claim time, a wake-up, a delivery, or shutdown.
+    async fn wait(&mut self) {
+        let now = now_ms();
+        let claim_at = self.wake.at.load(Ordering::SeqCst);
+        let send_at = self.ready.keys().next().map_or(i64::MAX, |k| k.0);
+        let mut until = claim_at.min(send_at).min(now + self.cfg.max_idle_ms);
+        if !self.acks.is_empty() {
+            until = now;
+        }
+        let sleep = tokio::time::sleep_until(Instant::now() + ms_until(now, until));
+        tokio::select! {
+            _ = self.token.cancelled() => {}
+            _ = sleep => {}
+            _ = self.wake.notify.notified() => {}
+            Some(member) = self.cancelled.recv() => {
+                self.ready.retain(|_, p| p.fire.member != member);
+                self.in_flight_gauge();
+            }
+            Some((p, r)) = self.sending.next(), if !self.sending.is_empty() => self.delivered(p, r),
+        }
+    }
+
+    /// On shutdown: wait (bounded) for records already handed to the producer and
+    /// acknowledge them; fires not yet sent stay in flight for the next owner.
+    async fn drain(&mut self) {
+        let deadline = tokio::time::sleep(Duration::from_secs(5));
+        tokio::pin!(deadline);
+        while !self.sending.is_empty() {
+            tokio::select! {
+                _ = &mut deadline => break,
+                Some((p, r)) = self.sending.next() => {
+                    if r.is_ok() {
+                        self.acks.push(p.fire.member);
+                    }
+                }
+            }
+        }
+        if let Err(e) = self.flush_acks().await {
+            tracing::warn!(partition = self.partition, error = %e, "final acknowledgement failed; fires stay in flight");
+        }
+        self.metrics
+            .in_flight
+            .with_label_values(&[&self.partition.to_string()])
+            .set(0);
+    }
+}
+
+/// Time from `now_ms` until `until_ms`, with sub-millisecond rounding up so a wake-up is
+/// never before the target millisecond.
+fn ms_until(now_ms: i64, until_ms: i64) -> Duration {
+    if until_ms <= now_ms {
+        return Duration::ZERO;
+    }
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(now_ms * 1000);
+    Duration::from_micros((until_ms.saturating_mul(1000) - now_us).max(0) as u64)
+}
