@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 /// What the admin handlers read.
@@ -19,8 +19,8 @@ pub struct AdminState {
     pub metrics: Arc<Metrics>,
     /// Redis, for look-ups.
     pub store: Store,
-    /// Set once the service consumes commands.
-    pub ready: AtomicBool,
+    /// The instance's status; ready once it joined the group.
+    pub status: Arc<tokio::sync::watch::Sender<crate::service::Status>>,
     /// Partitions of the commands topic (look-ups scan them).
     pub partitions: AtomicI32,
 }
@@ -53,7 +53,7 @@ async fn metrics(State(s): State<Arc<AdminState>>) -> String {
 }
 
 async fn ready(State(s): State<Arc<AdminState>>) -> Response {
-    if s.ready.load(Ordering::SeqCst) {
+    if s.status.borrow().joined {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()

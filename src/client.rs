@@ -26,6 +26,7 @@ pub async fn send(args: SendArgs) -> anyhow::Result<()> {
         None => commands_from_flags(&args)?,
     };
     let topic = &args.kafka.commands_topic;
+    let mut pending = Vec::with_capacity(cmds.len());
     for cmd in &cmds {
         let value = match args.format {
             SendFormat::Avro => codec.encode_command(cmd, topic).await?,
@@ -34,20 +35,27 @@ pub async fn send(args: SendArgs) -> anyhow::Result<()> {
         let rec = FutureRecord::to(topic)
             .key(cmd.timer_id.as_bytes())
             .payload(&value);
-        let (partition, offset) = match producer.send(rec, Duration::from_secs(30)).await {
-            Ok(d) => (d.partition, d.offset),
+        match producer.send_result(rec) {
+            Ok(f) => pending.push(f),
             Err((e, _)) => anyhow::bail!("sending {}: {e}", cmd.timer_id),
-        };
+        }
+    }
+    for (cmd, f) in cmds.iter().zip(pending) {
+        let d = crate::sink::delivered(f)
+            .await
+            .with_context(|| format!("sending {}", cmd.timer_id))?;
         let due = match (cmd.at_ms, cmd.delay_ms) {
             (Some(at), _) => format!(" due={}", clock(at)),
             (None, Some(d)) => format!(" due=+{d}ms"),
             _ => String::new(),
         };
         println!(
-            "sent {} timer={} request={}{due} -> {topic}[{partition}]@{offset}",
+            "sent {} timer={} request={}{due} -> {topic}[{}]@{}",
             cmd.kind.as_str(),
             cmd.timer_id,
-            cmd.request_id
+            cmd.request_id,
+            d.partition,
+            d.offset
         );
     }
     Ok(())
@@ -262,10 +270,10 @@ pub async fn describe<M: Message>(
 
 fn describe_result(r: &CommandResult) -> Described {
     let mut text = format!(
-        "RESULT {:<24} {} {:?}",
+        "RESULT {:<24} {} {}",
         r.timer_id.as_deref().unwrap_or("?"),
         r.kind.as_deref().unwrap_or("?"),
-        r.outcome
+        r.outcome.as_str()
     );
     if let Some(s) = &r.state {
         text.push_str(&format!(" state={s}"));

@@ -152,6 +152,17 @@ pub enum Outcome {
     Rejected,
 }
 
+impl Outcome {
+    /// The Avro symbol.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "ACCEPTED",
+            Outcome::Duplicate => "DUPLICATE",
+            Outcome::Rejected => "REJECTED",
+        }
+    }
+}
+
 /// The answer to one command. Mirrors `io.ktimer.CommandResult`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CommandResult {

@@ -100,6 +100,8 @@ pub struct Intake {
     pub batch: usize,
     /// Shutdown.
     pub token: CancellationToken,
+    /// Where the owned partitions are published.
+    pub status: Arc<tokio::sync::watch::Sender<crate::service::Status>>,
 }
 
 /// The outcome of one record before its result is sent.
@@ -141,6 +143,7 @@ impl Intake {
             o.trigger.stop().await;
         }
         self.metrics.owned_partitions.set(0);
+        self.status.send_modify(|s| s.owned.clear());
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::warn!(error = %e, "final offset commit failed");
         }
@@ -180,6 +183,12 @@ impl Intake {
             }
         }
         self.metrics.owned_partitions.set(owned.len() as i64);
+        let mut parts: Vec<i32> = owned.keys().copied().collect();
+        parts.sort_unstable();
+        self.status.send_modify(|s| {
+            s.joined = true;
+            s.owned = parts;
+        });
     }
 
     /// Retries a Redis call while it fails with a retryable error; `None` on shutdown
@@ -351,12 +360,8 @@ impl Intake {
         let mut next_offsets: HashMap<i32, i64> = HashMap::new();
         let mut waiting = Vec::with_capacity(handled.len());
         for h in &handled {
-            let outcome = match h.result.outcome {
-                Outcome::Accepted => "accepted",
-                Outcome::Duplicate => "duplicate",
-                Outcome::Rejected => "rejected",
-            };
-            self.metrics.commands.with_label_values(&[outcome]).inc();
+            let outcome = h.result.outcome.as_str().to_lowercase();
+            self.metrics.commands.with_label_values(&[&outcome]).inc();
             waiting.push(self.sink.send_result(h.key.as_deref(), &h.result).await);
         }
         for (h, sent) in handled.iter().zip(waiting) {

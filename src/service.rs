@@ -15,9 +15,10 @@ use anyhow::Context;
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::ClientConfig;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// A client config with the brokers and the user's extra librdkafka options.
 pub fn client_config(kafka: &KafkaArgs) -> ClientConfig {
@@ -29,13 +30,25 @@ pub fn client_config(kafka: &KafkaArgs) -> ClientConfig {
     cfg
 }
 
+/// What a running instance reports about itself (admin readiness, tests, embedding).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Status {
+    /// The admin port's bound address, once listening.
+    pub admin_addr: Option<SocketAddr>,
+    /// Whether the instance has joined the consumer group (got its first assignment).
+    pub joined: bool,
+    /// The commands-topic partitions it owns.
+    pub owned: Vec<i32>,
+}
+
 /// Runs one ktimer instance until `token` is cancelled, then drains and returns.
-/// `on_admin` receives the admin port's bound address (useful with port 0).
+/// Its [`Status`] is published on `status`.
 pub async fn run(
     args: RunArgs,
     token: CancellationToken,
-    on_admin: Option<tokio::sync::oneshot::Sender<SocketAddr>>,
+    status: watch::Sender<Status>,
 ) -> anyhow::Result<()> {
+    let status = Arc::new(status);
     let k = &args.kafka;
     let metrics = Arc::new(Metrics::new());
     let codec = Arc::new(Codec::new(k.schema_registry_url.as_deref())?);
@@ -76,7 +89,7 @@ pub async fn run(
     let state = Arc::new(AdminState {
         metrics: metrics.clone(),
         store: store.clone(),
-        ready: AtomicBool::new(false),
+        status: status.clone(),
         partitions: AtomicI32::new(partitions),
     });
     if let Some(addr) = args.admin_addr.0 {
@@ -84,9 +97,7 @@ pub async fn run(
             .await
             .with_context(|| format!("binding the admin port {addr}"))?;
         tracing::info!(%bound, "admin port listening");
-        if let Some(tx) = on_admin {
-            let _ = tx.send(bound);
-        }
+        status.send_modify(|s| s.admin_addr = Some(bound));
     }
     let intake = Intake {
         consumer,
@@ -109,8 +120,8 @@ pub async fn run(
         },
         batch: args.intake_batch,
         token: token.clone(),
+        status,
     };
-    state.ready.store(true, Ordering::SeqCst);
     tracing::info!(topic = %k.commands_topic, partitions, group = %args.group_id, "ktimer running");
     intake.run().await?;
     sink.flush(Duration::from_secs(5));

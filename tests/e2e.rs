@@ -1,0 +1,198 @@
+//! End-to-end tests of one-shot timers against a real broker and a real Redis.
+
+mod common;
+
+use common::{cancel, once_at, TestEnv};
+use ktimer::command::{fire_id, FiredEvent, Outcome};
+use ktimer::now_ms;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_fires_once_at_the_due_millisecond() {
+    let env = TestEnv::new("due", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let due = now_ms() + 2_000;
+    env.send(&once_at("t-due", due, "hello"), None).await;
+    let r = got.results(1, WAIT).await.remove(0);
+    assert_eq!(r.outcome, Outcome::Accepted, "{r:?}");
+    assert_eq!(r.due_ms, Some(due));
+    assert_eq!(r.state.as_deref(), Some("SCHEDULED"));
+
+    let f = got.fires(1, WAIT).await.remove(0);
+    assert_eq!(f.timer_id, "t-due");
+    assert_eq!(f.due_ms, due);
+    assert!(f.fired_ms >= due, "fired {} ms early", due - f.fired_ms);
+    assert!(f.received_ms >= due, "received {} ms before due", due - f.received_ms);
+    assert!(f.fired_ms - due <= 50, "fired {} ms late", f.fired_ms - due);
+    assert_eq!(f.fire_id, fire_id("t-due", r.version.unwrap(), due));
+    assert_eq!(f.key.as_deref(), Some(&b"t-due"[..]));
+    // The envelope carries the same identity and the payload.
+    let codec = ktimer::codec::Codec::new(None).unwrap();
+    let ev: FiredEvent = codec.decode_fired(&f.payload).await.unwrap();
+    assert_eq!((ev.fire_id.as_str(), ev.due_ms, ev.attempt), (f.fire_id.as_str(), due, 1));
+    assert_eq!(ev.payload, b"hello");
+
+    // Exactly once: a later sentinel in the same partition fires, and nothing else did.
+    let p = f.partition;
+    env.send(&once_at("t-sentinel", now_ms() + 200, ""), Some(p)).await;
+    let more = got.fires_until("t-sentinel", WAIT).await;
+    assert_eq!(more.len(), 1, "unexpected extra fires: {more:?}");
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_timers_all_fire_exactly_once() {
+    let env = TestEnv::new("thousand", 4, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let start = now_ms() + 1_500;
+    let n = 1_000;
+    let mut due = HashMap::new();
+    for i in 0..n {
+        let id = format!("k-{i}");
+        let at = start + (i as i64 * 3); // spread over 3 s
+        due.insert(id.clone(), at);
+        env.send(&once_at(&id, at, "x"), None).await;
+    }
+    let results = got.results(n, WAIT).await;
+    assert!(results.iter().all(|r| r.outcome == Outcome::Accepted));
+    let fires = got.fires(n, WAIT).await;
+    let mut seen = HashMap::new();
+    let mut late = Vec::new();
+    for f in &fires {
+        *seen.entry(f.timer_id.clone()).or_insert(0) += 1;
+        assert_eq!(f.due_ms, due[&f.timer_id]);
+        assert!(f.fired_ms >= f.due_ms, "{} fired early", f.timer_id);
+        late.push(f.fired_ms - f.due_ms);
+    }
+    assert_eq!(seen.len(), n, "every timer fired");
+    assert!(seen.values().all(|&c| c == 1), "no duplicates");
+    late.sort();
+    eprintln!(
+        "1000 timers: lateness p50 {} ms, p99 {} ms, max {} ms",
+        late[n / 2],
+        late[n * 99 / 100],
+        late[n - 1]
+    );
+    // Nothing more arrives after a sentinel in each partition.
+    for p in 0..4 {
+        let id = format!("sentinel-{p}");
+        env.send(&once_at(&id, now_ms(), ""), Some(p)).await;
+    }
+    let rest = got.fires(4, WAIT).await;
+    assert!(rest.iter().all(|f| f.timer_id.starts_with("sentinel-")), "{rest:?}");
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_timer_does_not_fire() {
+    let env = TestEnv::new("cancel", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let due = now_ms() + 1_500;
+    env.send(&once_at("doomed", due, ""), Some(0)).await;
+    env.send(&cancel("doomed"), Some(0)).await;
+    env.send(&cancel("doomed"), Some(0)).await;
+    env.send(&cancel("never-created"), Some(0)).await;
+    env.send(&once_at("survivor", due + 300, ""), Some(0)).await;
+    let r = got.results(5, WAIT).await;
+    assert_eq!(r[0].outcome, Outcome::Accepted);
+    assert_eq!((r[1].outcome, r[1].state.as_deref()), (Outcome::Accepted, Some("CANCELLED")));
+    assert_eq!(r[2].outcome, Outcome::Duplicate, "a repeated cancel is harmless");
+    assert_eq!(r[3].outcome, Outcome::Rejected);
+    assert!(r[3].reason.as_deref().unwrap().contains("unknown timer"));
+    // The survivor is due later in the same partition: once it fired, the cancelled one
+    // would have fired before it.
+    let fires = got.fires_until("survivor", WAIT).await;
+    assert_eq!(fires.len(), 1, "the cancelled timer fired: {fires:?}");
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_due_in_the_past_fires_at_once() {
+    let env = TestEnv::new("past", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let due = now_ms() - 10_000;
+    let sent = now_ms();
+    env.send(&once_at("overdue", due, ""), None).await;
+    let f = got.fires(1, WAIT).await.remove(0);
+    assert_eq!(f.due_ms, due);
+    assert!(f.fired_ms >= sent, "fired before it was sent?");
+    assert!(f.received_ms - sent < 2_000, "took {} ms after the command", f.received_ms - sent);
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_rejected_with_a_reason_and_the_partition_moves_on() {
+    let env = TestEnv::new("bad", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    env.send_raw(Some("junk"), &[0xde, 0xad, 0xbe, 0xef], None).await;
+    env.send_raw(Some("badjson"), br#"{"request_id": "r1", "timer_id": "#, None).await;
+    let mut neg = once_at("neg", 0, "");
+    neg.at_ms = None;
+    neg.delay_ms = Some(-5);
+    env.send(&neg, None).await;
+    env.send_raw(None, br#"{"request_id":"r","timer_id":"nokey","kind":"CREATE_ONCE","delay_ms":1}"#, None).await;
+    env.send_raw(Some("trunc"), &[0xC3, 0x01, 1, 2], None).await;
+    // A valid hand-written JSON command after all of that still works.
+    let json = format!(
+        r#"{{"request_id":"r-ok","timer_id":"ok","kind":"create_once","at_ms":{},"callback":{{"payload":"fine","mode":"RAW"}}}}"#,
+        now_ms() + 100
+    );
+    env.send_raw(Some("ok"), json.as_bytes(), None).await;
+    let r = got.results(6, WAIT).await;
+    let reason = |i: usize| r[i].reason.clone().unwrap_or_default();
+    for (i, want) in [
+        (0, "unrecognised encoding"),
+        (1, "invalid JSON"),
+        (2, "must not be negative"),
+        (3, "no key"),
+        (4, "truncated"),
+    ] {
+        assert_eq!(r[i].outcome, Outcome::Rejected, "{:?}", r[i]);
+        assert!(reason(i).contains(want), "result {i}: {:?} lacks {want:?}", reason(i));
+    }
+    assert_eq!(r[0].timer_id.as_deref(), Some("junk"), "the key identifies undecodable commands");
+    assert_eq!(r[5].outcome, Outcome::Accepted, "{:?}", r[5]);
+    let f = got.fires(1, WAIT).await.remove(0);
+    assert_eq!((f.timer_id.as_str(), f.payload.as_slice()), ("ok", &b"fine"[..]), "raw mode delivers the payload");
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_due_while_ktimer_is_down_fire_after_restart() {
+    let env = TestEnv::new("restart", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let base = now_ms() + 2_000;
+    let n = 50;
+    for i in 0..n {
+        env.send(&once_at(&format!("r-{i}"), base + i as i64 * 20, ""), None).await;
+    }
+    got.results(n, WAIT).await;
+    svc.stop().await;
+    let stopped_at = now_ms();
+    assert!(stopped_at < base, "setup too slow: ktimer stopped after the first due time");
+    // Stay down until every timer is overdue.
+    let down_until = base + n as i64 * 20 + 500;
+    tokio::time::sleep(Duration::from_millis((down_until - now_ms()).max(0) as u64)).await;
+    let restarted_at = now_ms();
+    let svc = env.start().await;
+    let fires = got.fires(n, WAIT).await;
+    let mut ids: Vec<_> = fires.iter().map(|f| f.timer_id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "every timer fired once after the restart");
+    for f in &fires {
+        assert!(f.fired_ms >= restarted_at, "{} fired while ktimer was down?", f.timer_id);
+        assert!(f.fired_ms > f.due_ms, "late, never early");
+        assert!(f.due_ms > stopped_at, "only timers due while down");
+    }
+    svc.stop().await;
+}
