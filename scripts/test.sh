@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's second command: installs what is missing (Redis, the Tansu broker) and runs
+# the whole test suite. The tests start their own servers on free loopback ports.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KTIMER_TANSU_BIN=$(scripts/install-deps.sh)
+export KTIMER_TANSU_BIN
+echo "==> building and running the tests (the first build takes a few minutes)..." >&2
+cargo test --locked "$@"
