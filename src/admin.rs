@@ -65,8 +65,14 @@ async fn timer(State(s): State<Arc<AdminState>>, Path(id): Path<String>) -> Resp
         match s.store.timer(p, &id).await {
             Ok(fields) if fields.is_empty() => continue,
             Ok(fields) => {
-                let text = |k: &str| fields.get(k).map(|v| String::from_utf8_lossy(v).into_owned());
-                let def = fields.get("d").and_then(|d| crate::codec::decode_stored(d).ok());
+                let text = |k: &str| {
+                    fields
+                        .get(k)
+                        .map(|v| String::from_utf8_lossy(v).into_owned())
+                };
+                let def = fields
+                    .get("d")
+                    .and_then(|d| crate::codec::decode_stored(d).ok());
                 let body = serde_json::json!({
                     "timer_id": id,
                     "partition": p,

@@ -77,7 +77,10 @@ fn unique() -> String {
 }
 
 fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
-    let base_id = a.timer_id.clone().unwrap_or_else(|| format!("t-{}", unique()));
+    let base_id = a
+        .timer_id
+        .clone()
+        .unwrap_or_else(|| format!("t-{}", unique()));
     let kind = match a.kind {
         SendKind::Once => CommandKind::CreateOnce,
         SendKind::Cancel => CommandKind::Cancel,
@@ -296,7 +299,12 @@ fn describe_result(r: &CommandResult) -> Described {
 
 fn undecodable<M: Message>(msg: &M, why: &str) -> Described {
     Described {
-        text: format!("OTHER  {}[{}]@{}: {why}", msg.topic(), msg.partition(), msg.offset()),
+        text: format!(
+            "OTHER  {}[{}]@{}: {why}",
+            msg.topic(),
+            msg.partition(),
+            msg.offset()
+        ),
         json: serde_json::json!({"type": "other", "topic": msg.topic(), "reason": why}),
     }
 }

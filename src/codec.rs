@@ -13,8 +13,8 @@
 use crate::command::{CommandResult, FiredEvent, TimerCommand};
 use crate::validate::TimerDef;
 use apache_avro::headers::{HeaderBuilder, RabinFingerprintHeader};
-use apache_avro::types::Value;
 use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use apache_avro::Schema;
 use schema_registry_converter::async_impl::avro::{AvroDecoder, AvroEncoder};
@@ -47,7 +47,13 @@ pub enum CodecError {
 impl CodecError {
     /// Whether the same call may succeed later.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, CodecError::Registry { retryable: true, .. })
+        matches!(
+            self,
+            CodecError::Registry {
+                retryable: true,
+                ..
+            }
+        )
     }
 }
 
@@ -87,8 +93,9 @@ struct Built {
 
 impl Built {
     fn new(json: &'static str) -> Built {
-        let schema: &'static Schema =
-            Box::leak(Box::new(Schema::parse_str(json).expect("built-in schema parses")));
+        let schema: &'static Schema = Box::leak(Box::new(
+            Schema::parse_str(json).expect("built-in schema parses"),
+        ));
         Built {
             schema,
             json,
@@ -189,7 +196,10 @@ impl Codec {
                             retryable: false,
                         })
                 };
-                Some((AvroDecoder::new(settings(url)?), AvroEncoder::new(settings(url)?)))
+                Some((
+                    AvroDecoder::new(settings(url)?),
+                    AvroEncoder::new(settings(url)?),
+                ))
             }
         };
         LazyLock::force(&SCHEMAS);
@@ -269,8 +279,11 @@ impl Codec {
         match &self.registry {
             None => b.single(v),
             Some((_, encoder)) => {
-                let strategy =
-                    SubjectNameStrategy::TopicNameStrategyWithSchema(topic.into(), false, b.supplied());
+                let strategy = SubjectNameStrategy::TopicNameStrategyWithSchema(
+                    topic.into(),
+                    false,
+                    b.supplied(),
+                );
                 let value = apache_avro::to_value(v)
                     .and_then(|v| v.resolve(b.schema))
                     .map_err(|e| CodecError::Encode(e.to_string()))?;
@@ -309,5 +322,80 @@ fn registry_error(e: schema_registry_converter::error::SRCError) -> CodecError {
     CodecError::Registry {
         retryable: e.retriable,
         message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{Callback, CommandKind, DeliveryMode};
+
+    fn cmd() -> TimerCommand {
+        TimerCommand {
+            request_id: "r".into(),
+            timer_id: "t".into(),
+            application: "app".into(),
+            kind: CommandKind::CreateOnce,
+            at_ms: Some(1_700_000_000_123),
+            delay_ms: None,
+            cron: None,
+            time_zone: None,
+            start_ms: None,
+            end_ms: None,
+            max_fires: None,
+            misfire: None,
+            callback: Some(Callback {
+                topic: Some("cb".into()),
+                key: Some(vec![0, 1, 255]),
+                headers: [("h".to_string(), "v".to_string())].into(),
+                payload: vec![0, 159, 146, 150],
+                mode: DeliveryMode::Raw,
+            }),
+            sent_at_ms: Some(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn single_object_round_trip() {
+        let c = Codec::new(None).unwrap();
+        let bytes = c.encode_command(&cmd(), "x").await.unwrap();
+        assert_eq!(&bytes[..2], &[0xC3, 0x01]);
+        assert_eq!(c.decode_command(&bytes).await.unwrap(), cmd());
+        let e = c
+            .decode_command(&bytes[..bytes.len() - 3])
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("invalid Avro datum"), "{e}");
+        let mut other = bytes.clone();
+        other[5] ^= 0xff;
+        let e = c.decode_command(&other).await.unwrap_err();
+        assert!(e.to_string().contains("unknown schema fingerprint"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn json_commands() {
+        let c = Codec::new(None).unwrap();
+        let text = br#" {"request_id":"r","timer_id":"t","kind":"cancel"}"#;
+        let got = c.decode_command(text).await.unwrap();
+        assert_eq!(
+            (got.kind, got.application.as_str()),
+            (CommandKind::Cancel, "default")
+        );
+        let e = c
+            .decode_command(br#"{"request_id":"r","timer_id":"t","kind":"CANCEL","delay":5}"#)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown field `delay`"), "{e}");
+        let e = c.decode_command(b"").await.unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+    }
+
+    #[test]
+    fn stored_round_trip() {
+        let def = TimerDef {
+            application: "a".into(),
+            callback: cmd().callback.unwrap(),
+        };
+        assert_eq!(decode_stored(&encode_stored(&def).unwrap()).unwrap(), def);
     }
 }

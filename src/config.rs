@@ -57,7 +57,11 @@ pub struct KafkaArgs {
     #[arg(long, env = "KTIMER_FIRED_TOPIC", default_value = "ktimer.fired")]
     pub fired_topic: String,
     /// Topic for commands that cannot be decoded (a copy, with the reason in a header).
-    #[arg(long, env = "KTIMER_DEAD_LETTER_TOPIC", default_value = "ktimer.dead-letter")]
+    #[arg(
+        long,
+        env = "KTIMER_DEAD_LETTER_TOPIC",
+        default_value = "ktimer.dead-letter"
+    )]
     pub dead_letter_topic: String,
     /// Confluent schema registry URL; without it Avro uses single-object encoding.
     #[arg(long, env = "KTIMER_SCHEMA_REGISTRY_URL")]
@@ -74,7 +78,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub kafka: KafkaArgs,
     /// Redis URL.
-    #[arg(long, env = "KTIMER_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "KTIMER_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis_url: String,
     /// Prefix of every Redis key.
     #[arg(long, env = "KTIMER_REDIS_PREFIX", default_value = "ktimer")]

@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::now_ms;
 use crate::shutdown::CancellationToken;
 use crate::sink::{delivered, Sink};
-use crate::store::{ApplyRequest, Applied, Store, StoreError};
+use crate::store::{Applied, ApplyRequest, Store, StoreError};
 use crate::trigger::{self, TriggerConfig, TriggerHandle};
 use crate::validate::{validate, Limits, Op};
 use futures::StreamExt;
@@ -50,7 +50,10 @@ impl ClientContext for IntakeContext {}
 impl ConsumerContext for IntakeContext {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, r: &Rebalance<'_>) {
         let parts = |tpl: &rdkafka::TopicPartitionList| {
-            tpl.elements().iter().map(|e| e.partition()).collect::<Vec<_>>()
+            tpl.elements()
+                .iter()
+                .map(|e| e.partition())
+                .collect::<Vec<_>>()
         };
         let ev = match r {
             Rebalance::Assign(tpl) => RebalanceEvent::Assigned(parts(tpl)),
@@ -233,7 +236,9 @@ impl Intake {
             let payload = m.payload().unwrap_or_default();
             let base = CommandResult {
                 request_id: None,
-                timer_id: key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
+                timer_id: key
+                    .as_ref()
+                    .map(|k| String::from_utf8_lossy(k).into_owned()),
                 application: None,
                 kind: None,
                 outcome: Outcome::Rejected,
@@ -329,7 +334,10 @@ impl Intake {
         match (&req.op, a.version, a.due_ms) {
             (Op::CreateOnce { due_ms, .. }, _, _) => o.trigger.wake.due(*due_ms),
             (Op::Cancel, Some(v), Some(due)) => {
-                let _ = o.trigger.cancelled.send(format!("{v}:{due}:{}", req.timer_id));
+                let _ = o
+                    .trigger
+                    .cancelled
+                    .send(format!("{v}:{due}:{}", req.timer_id));
             }
             _ => {}
         }

@@ -16,7 +16,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             let (status, _) = tokio::sync::watch::channel(service::Status::default());
             service::run(args, shutdown::on_signals(), status).await
-        },
+        }
         Command::Topics(TopicsCommand::Apply(args)) => apply_topics(args).await,
         Command::Send(args) => client::send(args).await,
         Command::Tail(args) => client::tail(args).await,

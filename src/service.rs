@@ -78,8 +78,10 @@ pub async fn run(
     for (key, v) in &k.kafka_options {
         cfg.set(key, v);
     }
-    let consumer: Arc<StreamConsumer<intake::IntakeContext>> =
-        Arc::new(cfg.create_with_context(ctx).context("creating the consumer")?);
+    let consumer: Arc<StreamConsumer<intake::IntakeContext>> = Arc::new(
+        cfg.create_with_context(ctx)
+            .context("creating the consumer")?,
+    );
     let partitions = topics::partition_count(consumer.as_ref(), &k.commands_topic)?;
     anyhow::ensure!(
         partitions > 0,

@@ -165,7 +165,10 @@ impl Sink {
         key: Option<&[u8]>,
         result: &CommandResult,
     ) -> Result<DeliveryFuture, SinkError> {
-        let value = self.codec.encode_result(result, &self.topics.results).await?;
+        let value = self
+            .codec
+            .encode_result(result, &self.topics.results)
+            .await?;
         let mut rec = FutureRecord::<[u8], [u8]>::to(&self.topics.results).payload(&value);
         if let Some(k) = key {
             rec = rec.key(k);

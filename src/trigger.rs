@@ -156,7 +156,11 @@ impl Trigger {
         match self.store.recover(p, self.epoch).await {
             Ok(fires) => {
                 if !fires.is_empty() {
-                    tracing::info!(partition = p, fires = fires.len(), "re-driving in-flight fires");
+                    tracing::info!(
+                        partition = p,
+                        fires = fires.len(),
+                        "re-driving in-flight fires"
+                    );
                 }
                 fires.into_iter().for_each(|f| self.push(f, 1));
             }
@@ -167,7 +171,10 @@ impl Trigger {
                 if !e.is_retryable() {
                     return self.stopped(e);
                 }
-                self.metrics.redis_errors.with_label_values(&["trigger"]).inc();
+                self.metrics
+                    .redis_errors
+                    .with_label_values(&["trigger"])
+                    .inc();
                 failures += 1;
                 if failures == 1 || failures.is_power_of_two() {
                     tracing::warn!(partition = p, error = %e, failures, "trigger: redis call failed; retrying");
@@ -199,7 +206,8 @@ impl Trigger {
 
     fn push_at(&mut self, at_ms: i64, fire: Fire, attempt: i32) {
         self.seq += 1;
-        self.ready.insert((at_ms, self.seq), Pending { fire, attempt });
+        self.ready
+            .insert((at_ms, self.seq), Pending { fire, attempt });
         self.in_flight_gauge();
     }
 
@@ -219,7 +227,12 @@ impl Trigger {
             self.wake.at.store(i64::MAX, Ordering::SeqCst);
             let claimed = match self
                 .store
-                .claim(self.partition, self.epoch, now + self.cfg.claim_ahead_ms, self.cfg.claim_batch)
+                .claim(
+                    self.partition,
+                    self.epoch,
+                    now + self.cfg.claim_ahead_ms,
+                    self.cfg.claim_batch,
+                )
                 .await
             {
                 Ok(c) => c,
@@ -247,17 +260,24 @@ impl Trigger {
     async fn send_due(&mut self) {
         loop {
             let now = now_ms();
-            let Some(entry) = self.ready.first_entry() else { break };
+            let Some(entry) = self.ready.first_entry() else {
+                break;
+            };
             if entry.key().0 > now {
                 break;
             }
             let pending = entry.remove();
             let lateness = (now - pending.fire.due_ms).max(0);
-            match self.sink.send_fire(&pending.fire, pending.attempt, now).await {
+            match self
+                .sink
+                .send_fire(&pending.fire, pending.attempt, now)
+                .await
+            {
                 Ok(f) => {
                     self.metrics.fire_lateness.observe(lateness as f64 / 1000.0);
-                    self.sending
-                        .push(Box::pin(delivered(f).map(move |r| (pending, r.map(|_| ())))));
+                    self.sending.push(Box::pin(
+                        delivered(f).map(move |r| (pending, r.map(|_| ()))),
+                    ));
                 }
                 Err(e) => self.retry(pending, e),
             }
@@ -293,7 +313,9 @@ impl Trigger {
         if self.acks.is_empty() {
             return Ok(());
         }
-        self.store.ack(self.partition, self.epoch, &self.acks).await?;
+        self.store
+            .ack(self.partition, self.epoch, &self.acks)
+            .await?;
         self.acks.clear();
         self.in_flight_gauge();
         Ok(())

@@ -173,14 +173,24 @@ mod tests {
     fn due_times() {
         let l = Limits::default();
         let v = |c: &TimerCommand| validate(c, Some(b"t"), 1_000, 1_000, &l);
-        assert!(matches!(v(&once(Some(5_000), None)), Ok(Op::CreateOnce { due_ms: 5_000, .. })));
-        assert!(matches!(v(&once(None, Some(20))), Ok(Op::CreateOnce { due_ms: 1_020, .. })));
+        assert!(matches!(
+            v(&once(Some(5_000), None)),
+            Ok(Op::CreateOnce { due_ms: 5_000, .. })
+        ));
+        assert!(matches!(
+            v(&once(None, Some(20))),
+            Ok(Op::CreateOnce { due_ms: 1_020, .. })
+        ));
         assert!(v(&once(Some(0), None)).unwrap_err().contains("positive"));
         assert!(v(&once(None, Some(-1))).unwrap_err().contains("negative"));
         assert!(v(&once(None, None)).unwrap_err().contains("needs"));
         assert!(v(&once(Some(1), Some(1))).unwrap_err().contains("only one"));
-        assert!(v(&once(None, Some(i64::MAX))).unwrap_err().contains("overflows"));
-        assert!(v(&once(Some(i64::MAX), None)).unwrap_err().contains("days ahead"));
+        assert!(v(&once(None, Some(i64::MAX)))
+            .unwrap_err()
+            .contains("overflows"));
+        assert!(v(&once(Some(i64::MAX), None))
+            .unwrap_err()
+            .contains("days ahead"));
     }
 
     #[test]
@@ -188,6 +198,8 @@ mod tests {
         let l = Limits::default();
         let c = once(Some(5), None);
         assert!(validate(&c, None, 0, 0, &l).unwrap_err().contains("no key"));
-        assert!(validate(&c, Some(b"x"), 0, 0, &l).unwrap_err().contains("differs"));
+        assert!(validate(&c, Some(b"x"), 0, 0, &l)
+            .unwrap_err()
+            .contains("differs"));
     }
 }

@@ -26,19 +26,27 @@ async fn a_timer_fires_once_at_the_due_millisecond() {
     assert_eq!(f.timer_id, "t-due");
     assert_eq!(f.due_ms, due);
     assert!(f.fired_ms >= due, "fired {} ms early", due - f.fired_ms);
-    assert!(f.received_ms >= due, "received {} ms before due", due - f.received_ms);
+    assert!(
+        f.received_ms >= due,
+        "received {} ms before due",
+        due - f.received_ms
+    );
     assert!(f.fired_ms - due <= 50, "fired {} ms late", f.fired_ms - due);
     assert_eq!(f.fire_id, fire_id("t-due", r.version.unwrap(), due));
     assert_eq!(f.key.as_deref(), Some(&b"t-due"[..]));
     // The envelope carries the same identity and the payload.
     let codec = ktimer::codec::Codec::new(None).unwrap();
     let ev: FiredEvent = codec.decode_fired(&f.payload).await.unwrap();
-    assert_eq!((ev.fire_id.as_str(), ev.due_ms, ev.attempt), (f.fire_id.as_str(), due, 1));
+    assert_eq!(
+        (ev.fire_id.as_str(), ev.due_ms, ev.attempt),
+        (f.fire_id.as_str(), due, 1)
+    );
     assert_eq!(ev.payload, b"hello");
 
     // Exactly once: a later sentinel in the same partition fires, and nothing else did.
     let p = f.partition;
-    env.send(&once_at("t-sentinel", now_ms() + 200, ""), Some(p)).await;
+    env.send(&once_at("t-sentinel", now_ms() + 200, ""), Some(p))
+        .await;
     let more = got.fires_until("t-sentinel", WAIT).await;
     assert_eq!(more.len(), 1, "unexpected extra fires: {more:?}");
     svc.stop().await;
@@ -84,7 +92,10 @@ async fn a_thousand_timers_all_fire_exactly_once() {
         env.send(&once_at(&id, now_ms(), ""), Some(p)).await;
     }
     let rest = got.fires(4, WAIT).await;
-    assert!(rest.iter().all(|f| f.timer_id.starts_with("sentinel-")), "{rest:?}");
+    assert!(
+        rest.iter().all(|f| f.timer_id.starts_with("sentinel-")),
+        "{rest:?}"
+    );
     svc.stop().await;
 }
 
@@ -101,8 +112,15 @@ async fn a_cancelled_timer_does_not_fire() {
     env.send(&once_at("survivor", due + 300, ""), Some(0)).await;
     let r = got.results(5, WAIT).await;
     assert_eq!(r[0].outcome, Outcome::Accepted);
-    assert_eq!((r[1].outcome, r[1].state.as_deref()), (Outcome::Accepted, Some("CANCELLED")));
-    assert_eq!(r[2].outcome, Outcome::Duplicate, "a repeated cancel is harmless");
+    assert_eq!(
+        (r[1].outcome, r[1].state.as_deref()),
+        (Outcome::Accepted, Some("CANCELLED"))
+    );
+    assert_eq!(
+        r[2].outcome,
+        Outcome::Duplicate,
+        "a repeated cancel is harmless"
+    );
     assert_eq!(r[3].outcome, Outcome::Rejected);
     assert!(r[3].reason.as_deref().unwrap().contains("unknown timer"));
     // The survivor is due later in the same partition: once it fired, the cancelled one
@@ -123,7 +141,11 @@ async fn a_timer_due_in_the_past_fires_at_once() {
     let f = got.fires(1, WAIT).await.remove(0);
     assert_eq!(f.due_ms, due);
     assert!(f.fired_ms >= sent, "fired before it was sent?");
-    assert!(f.received_ms - sent < 2_000, "took {} ms after the command", f.received_ms - sent);
+    assert!(
+        f.received_ms - sent < 2_000,
+        "took {} ms after the command",
+        f.received_ms - sent
+    );
     svc.stop().await;
 }
 
@@ -132,13 +154,24 @@ async fn bad_input_is_rejected_with_a_reason_and_the_partition_moves_on() {
     let env = TestEnv::new("bad", 1, &[]).await;
     let mut got = env.collect();
     let svc = env.start().await;
-    env.send_raw(Some("junk"), &[0xde, 0xad, 0xbe, 0xef], None).await;
-    env.send_raw(Some("badjson"), br#"{"request_id": "r1", "timer_id": "#, None).await;
+    env.send_raw(Some("junk"), &[0xde, 0xad, 0xbe, 0xef], None)
+        .await;
+    env.send_raw(
+        Some("badjson"),
+        br#"{"request_id": "r1", "timer_id": "#,
+        None,
+    )
+    .await;
     let mut neg = once_at("neg", 0, "");
     neg.at_ms = None;
     neg.delay_ms = Some(-5);
     env.send(&neg, None).await;
-    env.send_raw(None, br#"{"request_id":"r","timer_id":"nokey","kind":"CREATE_ONCE","delay_ms":1}"#, None).await;
+    env.send_raw(
+        None,
+        br#"{"request_id":"r","timer_id":"nokey","kind":"CREATE_ONCE","delay_ms":1}"#,
+        None,
+    )
+    .await;
     env.send_raw(Some("trunc"), &[0xC3, 0x01, 1, 2], None).await;
     // A valid hand-written JSON command after all of that still works.
     let json = format!(
@@ -156,12 +189,24 @@ async fn bad_input_is_rejected_with_a_reason_and_the_partition_moves_on() {
         (4, "truncated"),
     ] {
         assert_eq!(r[i].outcome, Outcome::Rejected, "{:?}", r[i]);
-        assert!(reason(i).contains(want), "result {i}: {:?} lacks {want:?}", reason(i));
+        assert!(
+            reason(i).contains(want),
+            "result {i}: {:?} lacks {want:?}",
+            reason(i)
+        );
     }
-    assert_eq!(r[0].timer_id.as_deref(), Some("junk"), "the key identifies undecodable commands");
+    assert_eq!(
+        r[0].timer_id.as_deref(),
+        Some("junk"),
+        "the key identifies undecodable commands"
+    );
     assert_eq!(r[5].outcome, Outcome::Accepted, "{:?}", r[5]);
     let f = got.fires(1, WAIT).await.remove(0);
-    assert_eq!((f.timer_id.as_str(), f.payload.as_slice()), ("ok", &b"fine"[..]), "raw mode delivers the payload");
+    assert_eq!(
+        (f.timer_id.as_str(), f.payload.as_slice()),
+        ("ok", &b"fine"[..]),
+        "raw mode delivers the payload"
+    );
     svc.stop().await;
 }
 
@@ -173,12 +218,16 @@ async fn timers_due_while_ktimer_is_down_fire_after_restart() {
     let base = now_ms() + 2_000;
     let n = 50;
     for i in 0..n {
-        env.send(&once_at(&format!("r-{i}"), base + i as i64 * 20, ""), None).await;
+        env.send(&once_at(&format!("r-{i}"), base + i as i64 * 20, ""), None)
+            .await;
     }
     got.results(n, WAIT).await;
     svc.stop().await;
     let stopped_at = now_ms();
-    assert!(stopped_at < base, "setup too slow: ktimer stopped after the first due time");
+    assert!(
+        stopped_at < base,
+        "setup too slow: ktimer stopped after the first due time"
+    );
     // Stay down until every timer is overdue.
     let down_until = base + n as i64 * 20 + 500;
     tokio::time::sleep(Duration::from_millis((down_until - now_ms()).max(0) as u64)).await;
@@ -190,7 +239,11 @@ async fn timers_due_while_ktimer_is_down_fire_after_restart() {
     ids.dedup();
     assert_eq!(ids.len(), n, "every timer fired once after the restart");
     for f in &fires {
-        assert!(f.fired_ms >= restarted_at, "{} fired while ktimer was down?", f.timer_id);
+        assert!(
+            f.fired_ms >= restarted_at,
+            "{} fired while ktimer was down?",
+            f.timer_id
+        );
         assert!(f.fired_ms > f.due_ms, "late, never early");
         assert!(f.due_ms > stopped_at, "only timers due while down");
     }

@@ -225,8 +225,11 @@ impl Store {
         for r in reqs {
             let k = self.keys(r.partition);
             let (op, due, def) = match &r.op {
-                Op::CreateOnce { due_ms, def } => ("create", *due_ms, codec::encode_stored(def)
-                    .map_err(|e| StoreError::Reply(e.to_string()))?),
+                Op::CreateOnce { due_ms, def } => (
+                    "create",
+                    *due_ms,
+                    codec::encode_stored(def).map_err(|e| StoreError::Reply(e.to_string()))?,
+                ),
                 Op::Cancel => ("cancel", 0, vec![]),
             };
             let mut inv = self.scripts.apply.prepare_invoke();
@@ -361,8 +364,7 @@ fn parse_applied(row: Vec<String>) -> Result<Applied, StoreError> {
 fn parse_fires(mut it: impl Iterator<Item = Vec<u8>>) -> Result<Vec<Fire>, StoreError> {
     let mut out = Vec::new();
     while let (Some(member), Some(def)) = (it.next(), it.next()) {
-        let member =
-            String::from_utf8(member).map_err(|e| StoreError::Reply(e.to_string()))?;
+        let member = String::from_utf8(member).map_err(|e| StoreError::Reply(e.to_string()))?;
         let mut parts = member.splitn(3, ':');
         let (Some(v), Some(d), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(StoreError::Reply(format!("bad fire member {member}")));

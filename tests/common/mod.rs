@@ -14,7 +14,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use std::collections::HashMap;
 use std::net::TcpListener;
-use std::process::{Child, Command as Proc, Stdio};
+use std::process::{Command as Proc, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -45,9 +45,9 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Spawns a server from a thread that lives as long as the process, with
-/// PR_SET_PDEATHSIG, so the server dies with the test binary whatever happens.
-fn spawn_server(mut cmd: Proc, log: &str) -> Child {
+/// Spawns a server from a thread that waits on it (so it lives as long as the server),
+/// with PR_SET_PDEATHSIG, so the server dies with the test binary whatever happens.
+fn spawn_server(mut cmd: Proc, log: &str) -> u32 {
     use std::os::unix::process::CommandExt;
     let log = std::fs::File::create(log).expect("log file");
     cmd.stdout(Stdio::from(log.try_clone().unwrap()))
@@ -59,15 +59,18 @@ fn spawn_server(mut cmd: Proc, log: &str) -> Child {
         });
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(cmd.spawn());
-        loop {
-            std::thread::park();
+    std::thread::spawn(move || match cmd.spawn() {
+        Ok(mut child) => {
+            let _ = tx.send(Ok(child.id()));
+            let _ = child.wait();
+        }
+        Err(e) => {
+            let _ = tx.send(Err(e));
         }
     });
-    let child = rx.recv().unwrap().expect("spawn server");
-    CHILDREN.lock().unwrap().push(child.id());
-    child
+    let pid = rx.recv().unwrap().expect("spawn server");
+    CHILDREN.lock().unwrap().push(pid);
+    pid
 }
 
 /// Where the Tansu broker binary is: $KTIMER_TANSU_BIN, `tansu` on PATH, or the one
@@ -113,14 +116,31 @@ pub fn servers() -> &'static Servers {
         let dir = std::env::temp_dir().join(format!("ktimer-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let rp = free_port();
-        let mut redis = Proc::new(std::env::var("KTIMER_REDIS_SERVER_BIN").unwrap_or("redis-server".into()));
-        redis.args(["--port", &rp.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        let mut redis =
+            Proc::new(std::env::var("KTIMER_REDIS_SERVER_BIN").unwrap_or("redis-server".into()));
+        redis.args([
+            "--port",
+            &rp.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]);
         spawn_server(redis, dir.join("redis.log").to_str().unwrap());
         let kp = free_port();
         let url = format!("tcp://127.0.0.1:{kp}");
         let mut tansu = Proc::new(tansu_bin());
-        tansu.args(["broker", "--listener-url", &url, "--advertised-listener-url", &url,
-            "--storage-engine", "memory://tansu/"]);
+        tansu.args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]);
         spawn_server(tansu, dir.join("tansu.log").to_str().unwrap());
         wait_for_port(rp, "redis-server");
         wait_for_port(kp, "tansu");
@@ -134,7 +154,11 @@ pub fn servers() -> &'static Servers {
 fn unique(name: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 /// One test's world: its topics, group and key prefix on the shared servers.
@@ -165,10 +189,17 @@ impl TestEnv {
     pub async fn new(name: &str, partitions: i32, extra: &[&str]) -> TestEnv {
         let s = servers();
         let name = unique(name);
-        let mut argv: Vec<String> = ["ktimer", "run", "--brokers", &s.brokers, "--redis-url", &s.redis_url]
-            .iter()
-            .map(|x| x.to_string())
-            .collect();
+        let mut argv: Vec<String> = [
+            "ktimer",
+            "run",
+            "--brokers",
+            &s.brokers,
+            "--redis-url",
+            &s.redis_url,
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
         for (flag, suffix) in [
             ("--commands-topic", "commands"),
             ("--results-topic", "results"),
@@ -180,7 +211,11 @@ impl TestEnv {
             argv.push(flag.into());
             argv.push(format!("{name}.{suffix}"));
         }
-        argv.extend(["--admin-addr", "127.0.0.1:0"].iter().map(|x| x.to_string()));
+        argv.extend(
+            ["--admin-addr", "127.0.0.1:0"]
+                .iter()
+                .map(|x| x.to_string()),
+        );
         argv.extend(extra.iter().map(|x| x.to_string()));
         let Command::Run(args) = Cli::try_parse_from(&argv).expect("run args").command else {
             unreachable!()
@@ -201,13 +236,19 @@ impl TestEnv {
             configs: Default::default(),
         })
         .collect();
-        ktimer::topics::apply(&s.brokers, &specs).await.expect("create topics");
+        ktimer::topics::apply(&s.brokers, &specs)
+            .await
+            .expect("create topics");
         let producer = ClientConfig::new()
             .set("bootstrap.servers", &s.brokers)
             .set("linger.ms", "1")
             .create()
             .expect("producer");
-        TestEnv { name, args, producer }
+        TestEnv {
+            name,
+            args,
+            producer,
+        }
     }
 
     /// Starts a ktimer instance in this process and waits until it joined the group.
@@ -219,7 +260,11 @@ impl TestEnv {
             .await
             .expect("ktimer joined the group within 60 s")
             .expect("ktimer is running");
-        Instance { token, join, status }
+        Instance {
+            token,
+            join,
+            status,
+        }
     }
 
     /// A consumer of the fired and results topics from their beginning, feeding channels.
@@ -237,10 +282,15 @@ impl TestEnv {
         let results_topic = k.results_topic.clone();
         tokio::spawn(async move {
             loop {
-                let Ok(m) = consumer.recv().await else { continue };
+                let Ok(m) = consumer.recv().await else {
+                    continue;
+                };
                 let received_ms = ktimer::now_ms();
                 if m.topic() == results_topic {
-                    let r = codec.decode_result(m.payload().unwrap_or_default()).await.expect("result decodes");
+                    let r = codec
+                        .decode_result(m.payload().unwrap_or_default())
+                        .await
+                        .expect("result decodes");
                     if rtx.send(r).is_err() {
                         return;
                     }
@@ -248,7 +298,10 @@ impl TestEnv {
                     let mut hs = HashMap::new();
                     if let Some(h) = m.headers() {
                         for x in h.iter() {
-                            hs.insert(x.key.to_string(), String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned());
+                            hs.insert(
+                                x.key.to_string(),
+                                String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned(),
+                            );
                         }
                     }
                     let f = Fired {
@@ -268,7 +321,10 @@ impl TestEnv {
                 }
             }
         });
-        Collected { fired: frx, results: rrx }
+        Collected {
+            fired: frx,
+            results: rrx,
+        }
     }
 
     /// Produces raw bytes to the commands topic (optionally to a given partition).
@@ -280,13 +336,20 @@ impl TestEnv {
         if let Some(p) = partition {
             rec = rec.partition(p);
         }
-        self.producer.send(rec, Duration::from_secs(10)).await.map_err(|(e, _)| e).expect("produce");
+        self.producer
+            .send(rec, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
     }
 
     /// Produces a command, Avro single-object encoded, keyed by its timer id.
     pub async fn send(&self, cmd: &TimerCommand, partition: Option<i32>) {
         let codec = ktimer::codec::Codec::new(None).unwrap();
-        let bytes = codec.encode_command(cmd, &self.args.kafka.commands_topic).await.unwrap();
+        let bytes = codec
+            .encode_command(cmd, &self.args.kafka.commands_topic)
+            .await
+            .unwrap();
         self.send_raw(Some(&cmd.timer_id), &bytes, partition).await;
     }
 }
@@ -332,7 +395,10 @@ impl Collected {
         while out.len() < n {
             match tokio::time::timeout_at(deadline, self.results.recv()).await {
                 Ok(Some(r)) => out.push(r),
-                _ => panic!("only {} of {n} results arrived within {limit:?}: {out:?}", out.len()),
+                _ => panic!(
+                    "only {} of {n} results arrived within {limit:?}: {out:?}",
+                    out.len()
+                ),
             }
         }
         out
