@@ -49,5 +49,5 @@ else
   say "tansu broker installed: $TANSU"
 fi
 
-command -v cargo >/dev/null 2>&1 || { say "cargo (Rust) is required: see https://rustup.rs"; exit 1; }
+command -v cargo >/dev/null 2>&1 || { say "cargo (Rust) is required: install a Rust toolchain with rustup"; exit 1; }
 echo "$TANSU"
