@@ -25,9 +25,8 @@ trap cleanup EXIT
 TANSU=$(scripts/install-deps.sh)
 
 say "building ktimer (cargo build --release; a few minutes the first time)..."
-cargo build --release --locked 2>&1 | grep -E '^\s*(Compiling ktimer|Finished|error|warning: unused)' >&2 || true
+cargo build --release --locked >&2
 KT=target/release/ktimer
-[ -x "$KT" ] || { say "build failed; run cargo build --release to see why"; exit 1; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 wait_port() {

@@ -368,8 +368,12 @@ impl Intake {
         let mut next_offsets: HashMap<i32, i64> = HashMap::new();
         let mut waiting = Vec::with_capacity(handled.len());
         for h in &handled {
-            let outcome = h.result.outcome.as_str().to_lowercase();
-            self.metrics.commands.with_label_values(&[&outcome]).inc();
+            let outcome = match h.result.outcome {
+                Outcome::Accepted => "accepted",
+                Outcome::Duplicate => "duplicate",
+                Outcome::Rejected => "rejected",
+            };
+            self.metrics.commands.with_label_values(&[outcome]).inc();
             waiting.push(self.sink.send_result(h.key.as_deref(), &h.result).await);
         }
         for (h, sent) in handled.iter().zip(waiting) {
