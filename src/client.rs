@@ -101,18 +101,9 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
             };
             let shift = a.spread_ms * i64::from(i);
             TimerCommand {
-                request_id: format!("r-{}", unique()),
-                timer_id,
                 application: a.application.clone(),
-                kind,
                 at_ms: a.at_ms.map(|t| t + shift),
                 delay_ms: a.delay_ms.map(|d| d + shift),
-                cron: None,
-                time_zone: None,
-                start_ms: None,
-                end_ms: None,
-                max_fires: None,
-                misfire: None,
                 callback: (kind == CommandKind::CreateOnce).then(|| Callback {
                     topic: a.callback_topic.clone(),
                     key: None,
@@ -125,6 +116,7 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
                     },
                 }),
                 sent_at_ms: Some(now),
+                ..TimerCommand::new(kind, &timer_id, &format!("r-{}", unique()))
             }
         })
         .collect();

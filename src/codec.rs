@@ -332,18 +332,8 @@ mod tests {
 
     fn cmd() -> TimerCommand {
         TimerCommand {
-            request_id: "r".into(),
-            timer_id: "t".into(),
             application: "app".into(),
-            kind: CommandKind::CreateOnce,
             at_ms: Some(1_700_000_000_123),
-            delay_ms: None,
-            cron: None,
-            time_zone: None,
-            start_ms: None,
-            end_ms: None,
-            max_fires: None,
-            misfire: None,
             callback: Some(Callback {
                 topic: Some("cb".into()),
                 key: Some(vec![0, 1, 255]),
@@ -352,6 +342,7 @@ mod tests {
                 mode: DeliveryMode::Raw,
             }),
             sent_at_ms: Some(5),
+            ..TimerCommand::new(CommandKind::CreateOnce, "t", "r")
         }
     }
 

@@ -136,6 +136,28 @@ pub struct TimerCommand {
     pub sent_at_ms: Option<i64>,
 }
 
+impl TimerCommand {
+    /// A command of `kind` for `timer_id`, application `default`, every optional field empty.
+    pub fn new(kind: CommandKind, timer_id: &str, request_id: &str) -> TimerCommand {
+        TimerCommand {
+            request_id: request_id.into(),
+            timer_id: timer_id.into(),
+            application: default_application(),
+            kind,
+            at_ms: None,
+            delay_ms: None,
+            cron: None,
+            time_zone: None,
+            start_ms: None,
+            end_ms: None,
+            max_fires: None,
+            misfire: None,
+            callback: None,
+            sent_at_ms: None,
+        }
+    }
+}
+
 fn default_application() -> String {
     "default".to_string()
 }

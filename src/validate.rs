@@ -152,20 +152,10 @@ mod tests {
 
     fn once(at: Option<i64>, delay: Option<i64>) -> TimerCommand {
         TimerCommand {
-            request_id: "r".into(),
-            timer_id: "t".into(),
             application: "a".into(),
-            kind: CommandKind::CreateOnce,
             at_ms: at,
             delay_ms: delay,
-            cron: None,
-            time_zone: None,
-            start_ms: None,
-            end_ms: None,
-            max_fires: None,
-            misfire: None,
-            callback: None,
-            sent_at_ms: None,
+            ..TimerCommand::new(CommandKind::CreateOnce, "t", "r")
         }
     }
 

@@ -426,33 +426,24 @@ impl Collected {
 /// A one-shot create command due at `at_ms`, with `payload`.
 pub fn once_at(timer_id: &str, at_ms: i64, payload: &str) -> TimerCommand {
     TimerCommand {
-        request_id: format!("req-{timer_id}"),
-        timer_id: timer_id.into(),
         application: "test".into(),
-        kind: CommandKind::CreateOnce,
         at_ms: Some(at_ms),
-        delay_ms: None,
-        cron: None,
-        time_zone: None,
-        start_ms: None,
-        end_ms: None,
-        max_fires: None,
-        misfire: None,
         callback: Some(Callback {
             payload: payload.as_bytes().to_vec(),
             ..Default::default()
         }),
-        sent_at_ms: None,
+        ..TimerCommand::new(
+            CommandKind::CreateOnce,
+            timer_id,
+            &format!("req-{timer_id}"),
+        )
     }
 }
 
 /// A cancel command.
 pub fn cancel(timer_id: &str) -> TimerCommand {
     TimerCommand {
-        request_id: format!("cancel-{timer_id}"),
-        kind: CommandKind::Cancel,
-        at_ms: None,
-        callback: None,
-        ..once_at(timer_id, 0, "")
+        application: "test".into(),
+        ..TimerCommand::new(CommandKind::Cancel, timer_id, &format!("cancel-{timer_id}"))
     }
 }
