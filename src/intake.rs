@@ -194,8 +194,9 @@ impl Intake {
         });
     }
 
-    /// Retries a Redis call while it fails with a retryable error; `None` on shutdown
-    /// or a final error.
+    /// Retries a Redis call until it succeeds; `None` only on shutdown. Errors that are
+    /// not transient are retried too (and logged as errors): giving up would skip
+    /// commands whose offsets a later batch then commits.
     async fn retry<T, F, Fut>(&self, op: &str, mut f: F) -> Option<T>
     where
         F: FnMut() -> Fut,
@@ -208,12 +209,12 @@ impl Intake {
                 Err(e) => {
                     self.metrics.redis_errors.with_label_values(&[op]).inc();
                     attempt += 1;
-                    if !e.is_retryable() {
-                        tracing::error!(op, error = %e, "redis call failed");
-                        return None;
-                    }
                     if attempt == 1 || attempt.is_power_of_two() {
-                        tracing::warn!(op, error = %e, attempt, "redis call failed; retrying");
+                        if e.is_retryable() {
+                            tracing::warn!(op, error = %e, attempt, "redis call failed; retrying");
+                        } else {
+                            tracing::error!(op, error = %e, attempt, "redis call failed; retrying");
+                        }
                     }
                 }
             }

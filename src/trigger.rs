@@ -168,7 +168,7 @@ impl Trigger {
         }
         loop {
             if let Err(e) = self.step().await {
-                if !e.is_retryable() {
+                if matches!(e, StoreError::Fenced(_)) {
                     return self.stopped(e);
                 }
                 self.metrics
