@@ -14,8 +14,9 @@ use crate::codec::{Codec, CodecError};
 use crate::command::{CommandResult, Outcome, TimerCommand};
 use crate::metrics::Metrics;
 use crate::now_ms;
+use crate::retry;
 use crate::shutdown::CancellationToken;
-use crate::sink::{delivered, Sink};
+use crate::sink::{delivered, Sink, SinkError};
 use crate::store::{Applied, ApplyRequest, Store, StoreError};
 use crate::trigger::{self, TriggerConfig, TriggerHandle};
 use crate::validate::{validate, Limits, Op};
@@ -24,11 +25,11 @@ use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
 use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::producer::DeliveryFuture;
 use rdkafka::ClientContext;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// A change of this instance's partitions, reported by the consumer's rebalance callback.
@@ -209,7 +210,7 @@ impl Intake {
                 Err(e) => {
                     self.metrics.redis_errors.with_label_values(&[op]).inc();
                     attempt += 1;
-                    if attempt == 1 || attempt.is_power_of_two() {
+                    if retry::worth_logging(attempt) {
                         if e.is_retryable() {
                             tracing::warn!(op, error = %e, attempt, "redis call failed; retrying");
                         } else {
@@ -218,10 +219,8 @@ impl Intake {
                     }
                 }
             }
-            let backoff = Duration::from_millis((50u64 << attempt.min(6)).min(2_000));
-            tokio::select! {
-                _ = self.token.cancelled() => return None,
-                _ = tokio::time::sleep(backoff) => {}
+            if !retry::pause(&self.token, attempt).await {
+                return None;
             }
         }
     }
@@ -314,12 +313,11 @@ impl Intake {
             match self.codec.decode_command(payload).await {
                 Err(e) if e.is_retryable() => {
                     attempt += 1;
-                    if attempt == 1 || attempt.is_power_of_two() {
+                    if retry::worth_logging(attempt) {
                         tracing::warn!(error = %e, attempt, "schema registry unavailable; retrying");
                     }
-                    tokio::select! {
-                        _ = self.token.cancelled() => return None,
-                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    if !retry::pause(&self.token, attempt).await {
+                        return None;
                     }
                 }
                 other => return Some(other),
@@ -378,24 +376,17 @@ impl Intake {
             waiting.push(self.sink.send_result(h.key.as_deref(), &h.result).await);
         }
         for (h, sent) in handled.iter().zip(waiting) {
-            let mut res = match sent {
-                Ok(f) => delivered(f).await.map(|_| ()),
-                Err(e) => Err(e),
-            };
+            let mut res = confirmed(sent).await;
             let mut attempt = 0u32;
             while let Err(e) = res {
                 attempt += 1;
-                if attempt == 1 || attempt.is_power_of_two() {
+                if retry::worth_logging(attempt) {
                     tracing::warn!(error = %e, attempt, "command result not delivered; retrying");
                 }
-                tokio::select! {
-                    _ = self.token.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                if !retry::pause(&self.token, attempt).await {
+                    return;
                 }
-                res = match self.sink.send_result(h.key.as_deref(), &h.result).await {
-                    Ok(f) => delivered(f).await.map(|_| ()),
-                    Err(e) => Err(e),
-                };
+                res = confirmed(self.sink.send_result(h.key.as_deref(), &h.result).await).await;
             }
             next_offsets.insert(h.partition, h.offset);
         }
@@ -405,6 +396,11 @@ impl Intake {
             }
         }
     }
+}
+
+/// Waits for an enqueued record's acknowledgement.
+async fn confirmed(sent: Result<DeliveryFuture, SinkError>) -> Result<(), SinkError> {
+    delivered(sent?).await.map(|_| ())
 }
 
 /// Copies the command's identity into its result.

@@ -13,7 +13,8 @@
 //! - [`trigger`]: one task per owned partition, firing timers at the due millisecond.
 //! - [`sink`]: the idempotent producer of fired records, results and dead letters.
 //! - [`admin`]: HTTP `/metrics`, health, readiness and timer look-up.
-//! - [`metrics`]: every Prometheus metric; [`shutdown`]: the cancellation token.
+//! - [`metrics`]: every Prometheus metric; [`shutdown`]: the cancellation token;
+//!   [`retry`]: the backoff every retry loop shares.
 //! - [`topics`]: topic declarations (`topics/`) and `ktimer topics apply`.
 //! - [`service`]: wires it all; [`client`]: `ktimer send` and `ktimer tail`.
 //!
@@ -29,6 +30,7 @@ pub mod command;
 pub mod config;
 pub mod intake;
 pub mod metrics;
+pub mod retry;
 pub mod service;
 pub mod shutdown;
 pub mod sink;

@@ -5,6 +5,7 @@ use crate::codec::Codec;
 use crate::config::{KafkaArgs, RunArgs};
 use crate::intake::{self, Intake};
 use crate::metrics::Metrics;
+use crate::retry;
 use crate::shutdown::CancellationToken;
 use crate::sink::{Sink, SinkTopics};
 use crate::store::Store;
@@ -146,14 +147,13 @@ async fn connect_store(args: &RunArgs, token: &CancellationToken) -> Option<Stor
             Ok(s) => return Some(s),
             Err(e) => {
                 attempt += 1;
-                if attempt == 1 || attempt.is_power_of_two() {
+                if retry::worth_logging(attempt) {
                     tracing::warn!(url = %args.redis_url, error = %e, attempt, "redis not reachable; retrying");
                 }
             }
         }
-        tokio::select! {
-            _ = token.cancelled() => return None,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        if !retry::pause(token, attempt).await {
+            return None;
         }
     }
 }

@@ -13,11 +13,13 @@
 
 use crate::metrics::Metrics;
 use crate::now_ms;
+use crate::retry;
 use crate::shutdown::CancellationToken;
 use crate::sink::{delivered, Sink, SinkError};
 use crate::store::{Fire, Store, StoreError};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
+use prometheus::{IntCounter, IntGauge};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -107,6 +109,11 @@ pub fn spawn(
     let wake = Arc::new(Wake::new(cfg.claim_ahead_ms));
     let (tx, rx) = mpsc::unbounded_channel();
     let t = Trigger {
+        in_flight: metrics
+            .in_flight
+            .with_label_values(&[&partition.to_string()]),
+        delivered: metrics.fires.with_label_values(&["delivered"]),
+        retried: metrics.fires.with_label_values(&["retried"]),
         partition,
         epoch,
         store,
@@ -146,6 +153,10 @@ struct Trigger {
     sending: FuturesUnordered<Sending>,
     /// Members delivered and not yet acknowledged in Redis.
     acks: Vec<String>,
+    /// Metric handles resolved once, off the per-fire path.
+    in_flight: IntGauge,
+    delivered: IntCounter,
+    retried: IntCounter,
 }
 
 impl Trigger {
@@ -176,14 +187,10 @@ impl Trigger {
                     .with_label_values(&["trigger"])
                     .inc();
                 failures += 1;
-                if failures == 1 || failures.is_power_of_two() {
+                if retry::worth_logging(failures) {
                     tracing::warn!(partition = p, error = %e, failures, "trigger: redis call failed; retrying");
                 }
-                let backoff = Duration::from_millis((50u64 << failures.min(6)).min(2_000));
-                tokio::select! {
-                    _ = self.token.cancelled() => {}
-                    _ = tokio::time::sleep(backoff) => {}
-                }
+                retry::pause(&self.token, failures).await;
             } else {
                 failures = 0;
             }
@@ -213,10 +220,7 @@ impl Trigger {
 
     fn in_flight_gauge(&self) {
         let n = self.ready.len() + self.sending.len() + self.acks.len();
-        self.metrics
-            .in_flight
-            .with_label_values(&[&self.partition.to_string()])
-            .set(n as i64);
+        self.in_flight.set(n as i64);
     }
 
     /// One round: acknowledge, claim when it is time, send what is due.
@@ -285,7 +289,7 @@ impl Trigger {
     }
 
     fn retry(&mut self, pending: Pending, e: SinkError) {
-        self.metrics.fires.with_label_values(&["retried"]).inc();
+        self.retried.inc();
         let n = pending.attempt.clamp(1, 20) as u32;
         let delay = (self.cfg.retry_base_ms << (n - 1).min(16)).min(self.cfg.retry_max_ms);
         if pending.attempt == 1 || pending.attempt.count_ones() == 1 {
@@ -299,7 +303,7 @@ impl Trigger {
     fn delivered(&mut self, pending: Pending, r: Result<(), SinkError>) {
         match r {
             Ok(()) => {
-                self.metrics.fires.with_label_values(&["delivered"]).inc();
+                self.delivered.inc();
                 self.acks.push(pending.fire.member);
             }
             Err(e) => self.retry(pending, e),
@@ -361,10 +365,7 @@ impl Trigger {
         if let Err(e) = self.flush_acks().await {
             tracing::warn!(partition = self.partition, error = %e, "final acknowledgement failed; fires stay in flight");
         }
-        self.metrics
-            .in_flight
-            .with_label_values(&[&self.partition.to_string()])
-            .set(0);
+        self.in_flight.set(0);
     }
 }
 

@@ -377,31 +377,12 @@ pub struct Fired {
 impl Collected {
     /// Waits for `n` fired records (fails after `limit`).
     pub async fn fires(&mut self, n: usize, limit: Duration) -> Vec<Fired> {
-        let mut out = Vec::with_capacity(n);
-        let deadline = tokio::time::Instant::now() + limit;
-        while out.len() < n {
-            match tokio::time::timeout_at(deadline, self.fired.recv()).await {
-                Ok(Some(f)) => out.push(f),
-                _ => panic!("only {} of {n} fires arrived within {limit:?}", out.len()),
-            }
-        }
-        out
+        take(&mut self.fired, n, limit, "fires").await
     }
 
     /// Waits for `n` results (fails after `limit`).
     pub async fn results(&mut self, n: usize, limit: Duration) -> Vec<CommandResult> {
-        let mut out = Vec::with_capacity(n);
-        let deadline = tokio::time::Instant::now() + limit;
-        while out.len() < n {
-            match tokio::time::timeout_at(deadline, self.results.recv()).await {
-                Ok(Some(r)) => out.push(r),
-                _ => panic!(
-                    "only {} of {n} results arrived within {limit:?}: {out:?}",
-                    out.len()
-                ),
-            }
-        }
-        out
+        take(&mut self.results, n, limit, "results").await
     }
 
     /// Waits until the fire of `timer_id` arrives; returns every fire received meanwhile.
@@ -421,6 +402,27 @@ impl Collected {
             }
         }
     }
+}
+
+/// Receives `n` items from `rx`, failing the test if they do not all arrive within `limit`.
+async fn take<T: std::fmt::Debug>(
+    rx: &mut mpsc::UnboundedReceiver<T>,
+    n: usize,
+    limit: Duration,
+    what: &str,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(n);
+    let deadline = tokio::time::Instant::now() + limit;
+    while out.len() < n {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(x)) => out.push(x),
+            _ => panic!(
+                "only {} of {n} {what} arrived within {limit:?}: {out:?}",
+                out.len()
+            ),
+        }
+    }
+    out
 }
 
 /// A one-shot create command due at `at_ms`, with `payload`.
