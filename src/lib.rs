@@ -31,6 +31,7 @@ pub mod config;
 pub mod intake;
 pub mod metrics;
 pub mod retry;
+pub mod schedule;
 pub mod service;
 pub mod shutdown;
 pub mod sink;
