@@ -1,8 +1,10 @@
 //! Client tools: `ktimer send` (produce commands) and `ktimer tail` (read what fired).
 
 use crate::codec::Codec;
-use crate::command::{Callback, CommandKind, CommandResult, DeliveryMode, TimerCommand};
-use crate::config::{KafkaArgs, SendArgs, SendFormat, SendKind, TailArgs};
+use crate::command::{
+    Callback, CommandKind, CommandResult, DeliveryMode, MisfirePolicy, TimerCommand,
+};
+use crate::config::{KafkaArgs, SendArgs, SendFormat, SendKind, SendMisfire, TailArgs};
 use crate::now_ms;
 use crate::service::client_config;
 use crate::sink::headers;
@@ -83,14 +85,28 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
         .unwrap_or_else(|| format!("t-{}", unique()));
     let kind = match a.kind {
         SendKind::Once => CommandKind::CreateOnce,
+        SendKind::Cron => CommandKind::CreateCron,
+        SendKind::Update => CommandKind::Update,
+        SendKind::Pause => CommandKind::Pause,
+        SendKind::Resume => CommandKind::Resume,
         SendKind::Cancel => CommandKind::Cancel,
     };
-    if kind == CommandKind::Cancel && a.timer_id.is_none() {
-        anyhow::bail!("--kind cancel needs --timer-id");
+    let creates = matches!(kind, CommandKind::CreateOnce | CommandKind::CreateCron);
+    if !creates && a.timer_id.is_none() {
+        anyhow::bail!("--kind {} needs --timer-id", kind.as_str().to_lowercase());
     }
     if kind == CommandKind::CreateOnce && a.at_ms.is_none() && a.delay_ms.is_none() {
         anyhow::bail!("a one-shot timer needs --at-ms or --delay-ms");
     }
+    if kind == CommandKind::CreateCron && a.cron.is_none() {
+        anyhow::bail!("a cron timer needs --cron");
+    }
+    let schedules = matches!(kind, CommandKind::Update) || creates;
+    let new_callback = creates
+        || a.callback_topic.is_some()
+        || !a.payload.is_empty()
+        || a.raw
+        || !a.headers.is_empty();
     let now = now_ms();
     let cmds = (0..a.count.max(1))
         .map(|i| {
@@ -100,11 +116,22 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
                 base_id.clone()
             };
             let shift = a.spread_ms * i64::from(i);
+            let when = |v: Option<i64>| v.filter(|_| schedules);
             TimerCommand {
                 application: a.application.clone(),
-                at_ms: a.at_ms.map(|t| t + shift),
-                delay_ms: a.delay_ms.map(|d| d + shift),
-                callback: (kind == CommandKind::CreateOnce).then(|| Callback {
+                at_ms: when(a.at_ms.map(|t| t + shift)),
+                delay_ms: when(a.delay_ms.map(|d| d + shift)),
+                cron: a.cron.clone().filter(|_| schedules),
+                time_zone: a.time_zone.clone().filter(|_| schedules),
+                start_ms: when(a.start_ms),
+                end_ms: when(a.end_ms),
+                max_fires: when(a.max_fires),
+                misfire: a.misfire.filter(|_| schedules).map(|m| match m {
+                    SendMisfire::FireOnce => MisfirePolicy::FireOnce,
+                    SendMisfire::FireAll => MisfirePolicy::FireAll,
+                    SendMisfire::Skip => MisfirePolicy::Skip,
+                }),
+                callback: (schedules && new_callback).then(|| Callback {
                     topic: a.callback_topic.clone(),
                     key: None,
                     headers: a.headers.iter().cloned().collect(),

@@ -120,6 +120,17 @@ pub struct RunArgs {
     /// Largest delivery retry delay.
     #[arg(long, env = "KTIMER_RETRY_MAX_MS", default_value_t = 30_000)]
     pub retry_max_ms: i64,
+    /// Cron occurrences are materialised into Redis this far ahead (ms).
+    #[arg(long, env = "KTIMER_CRON_WINDOW_MS", default_value_t = 3_600_000)]
+    pub cron_window_ms: i64,
+    /// Most occurrences of one cron timer materialised in one pass (bounds the memory of
+    /// timers that fire every second; the window is extended when half used).
+    #[arg(long, env = "KTIMER_CRON_MAX_PER_PASS", default_value_t = 1_000)]
+    pub cron_max_per_pass: usize,
+    /// A cron occurrence more than this late (ktimer was down, the partition moved) was
+    /// missed: the timer's misfire policy decides whether it fires.
+    #[arg(long, env = "KTIMER_MISFIRE_THRESHOLD_MS", default_value_t = 1_000)]
+    pub misfire_threshold_ms: i64,
 }
 
 /// `ktimer topics apply`
@@ -141,8 +152,28 @@ pub struct TopicsApplyArgs {
 pub enum SendKind {
     /// A one-shot timer (needs --at-ms or --delay-ms).
     Once,
-    /// Cancel the timer --timer-id.
+    /// A cron timer (needs --cron).
+    Cron,
+    /// Replace the schedule (--cron or --at-ms/--delay-ms) of --timer-id; with
+    /// --payload/--callback-topic/--raw/--header also its callback.
+    Update,
+    /// Pause --timer-id.
+    Pause,
+    /// Resume --timer-id.
+    Resume,
+    /// Cancel --timer-id.
     Cancel,
+}
+
+/// Misfire policy flag of `ktimer send`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SendMisfire {
+    /// One late fire, then on schedule (the default).
+    FireOnce,
+    /// Every missed occurrence, in order.
+    FireAll,
+    /// Drop missed occurrences.
+    Skip,
 }
 
 /// Encoding `ktimer send` writes.
@@ -178,6 +209,24 @@ pub struct SendArgs {
     /// Delay from now, ms.
     #[arg(long)]
     pub delay_ms: Option<i64>,
+    /// Cron expression: `sec min hour day month weekday [year]` or the 5-field form.
+    #[arg(long)]
+    pub cron: Option<String>,
+    /// IANA time zone of --cron (default UTC).
+    #[arg(long)]
+    pub time_zone: Option<String>,
+    /// Cron: no fire before this instant (Unix ms).
+    #[arg(long)]
+    pub start_ms: Option<i64>,
+    /// Cron: no fire after this instant (Unix ms).
+    #[arg(long)]
+    pub end_ms: Option<i64>,
+    /// Cron: stop after this many fires.
+    #[arg(long)]
+    pub max_fires: Option<i64>,
+    /// Cron: what to do with occurrences missed while ktimer could not fire.
+    #[arg(long, value_enum)]
+    pub misfire: Option<SendMisfire>,
     /// Callback topic (default: the service's fired topic).
     #[arg(long)]
     pub callback_topic: Option<String>,

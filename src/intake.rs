@@ -13,6 +13,7 @@
 use crate::codec::{Codec, CodecError};
 use crate::command::{CommandResult, Outcome, TimerCommand};
 use crate::metrics::Metrics;
+use crate::migrator::{self, MigratorHandle};
 use crate::now_ms;
 use crate::retry;
 use crate::shutdown::CancellationToken;
@@ -74,10 +75,18 @@ pub fn context() -> (IntakeContext, mpsc::UnboundedReceiver<RebalanceEvent>) {
     (IntakeContext { tx }, rx)
 }
 
-/// A partition this instance owns.
+/// A partition this instance owns: its epoch, trigger and migrator.
 struct Owned {
     epoch: i64,
     trigger: TriggerHandle,
+    migrator: MigratorHandle,
+}
+
+impl Owned {
+    async fn stop(self) {
+        self.migrator.stop().await;
+        self.trigger.stop().await;
+    }
 }
 
 /// Everything the intake loop needs.
@@ -144,7 +153,7 @@ impl Intake {
             }
         }
         for (_, o) in owned.drain() {
-            o.trigger.stop().await;
+            o.stop().await;
         }
         self.metrics.owned_partitions.set(0);
         self.status.send_modify(|s| s.owned.clear());
@@ -171,8 +180,22 @@ impl Intake {
                         self.trigger.clone(),
                         self.token.child_token(),
                     );
-                    if let Some(old) = owned.insert(p, Owned { epoch, trigger }) {
-                        old.trigger.stop().await;
+                    let migrator = migrator::spawn(
+                        p,
+                        epoch,
+                        self.store.clone(),
+                        self.limits.plan,
+                        trigger.wake.clone(),
+                        self.metrics.clone(),
+                        self.token.child_token(),
+                    );
+                    let o = Owned {
+                        epoch,
+                        trigger,
+                        migrator,
+                    };
+                    if let Some(old) = owned.insert(p, o) {
+                        old.stop().await;
                     }
                 }
                 tracing::info!(partitions = ?owned.keys().collect::<Vec<_>>(), "assigned");
@@ -180,7 +203,7 @@ impl Intake {
             RebalanceEvent::Revoked(ps) => {
                 for p in ps {
                     if let Some(o) = owned.remove(&p) {
-                        o.trigger.stop().await;
+                        o.stop().await;
                     }
                 }
                 tracing::info!(partitions = ?owned.keys().collect::<Vec<_>>(), "revoked");
@@ -299,10 +322,16 @@ impl Intake {
         for p in &fenced {
             if let Some(o) = owned.remove(p) {
                 tracing::warn!(partition = p, "fenced: another instance took the partition");
-                o.trigger.stop().await;
+                o.stop().await;
             }
         }
         handled.retain(|h| !fenced.contains(&h.partition));
+        // After the store applied the commands and the triggers' gates were closed: a
+        // fire of an older version carries a fired_ms at or before this.
+        let applied_at = now_ms();
+        handled
+            .iter_mut()
+            .for_each(|h| h.result.processed_at_ms = applied_at);
         self.answer(handled).await;
     }
 
@@ -325,20 +354,30 @@ impl Intake {
         }
     }
 
-    /// Tells the partition's trigger about an applied command.
+    /// Tells the partition's trigger (and migrator) about an applied command.
     fn notify(&self, owned: &HashMap<i32, Owned>, req: &ApplyRequest, a: &Applied) {
         let (Some(o), "accepted") = (owned.get(&req.partition), a.code.as_str()) else {
             return;
         };
-        match (&req.op, a.version, a.due_ms) {
-            (Op::CreateOnce { due_ms, .. }, _, _) => o.trigger.wake.due(*due_ms),
-            (Op::Cancel, Some(v), Some(due)) => {
-                let _ = o
-                    .trigger
-                    .cancelled
-                    .send(format!("{v}:{due}:{}", req.timer_id));
+        match &req.op {
+            Op::Create { schedule, .. } => {
+                if let Some(d) = schedule.first_due() {
+                    o.trigger.wake.due(d);
+                }
             }
-            _ => {}
+            Op::Update { schedule, .. } => {
+                o.trigger.gate.block(&req.timer_id, req.offset);
+                if let Some(d) = schedule.first_due() {
+                    o.trigger.wake.due(d);
+                }
+            }
+            Op::Pause | Op::Cancel => o.trigger.gate.block(&req.timer_id, req.offset),
+            Op::Resume { .. } => {
+                o.migrator.wake.notify_one();
+                if let Some(d) = a.due_ms {
+                    o.trigger.wake.due(d);
+                }
+            }
         }
     }
 

@@ -7,10 +7,12 @@
 //! Layout, one module per concern:
 //! - [`config`]: the command line (clap; every flag has an environment variable).
 //! - [`command`]: the wire types (mirroring `schemas/*.avsc`); [`validate`]: checks.
+//! - [`schedule`]: cron expressions, time zones, DST rules, misfire planning.
 //! - [`codec`]: Confluent Avro, Avro single-object and JSON encodings.
 //! - [`intake`]: consumes commands, applies them, answers each, commits offsets after.
 //! - [`store`]: Redis keys, minute slices and the Lua scripts (`src/store/*.lua`).
 //! - [`trigger`]: one task per owned partition, firing timers at the due millisecond.
+//! - [`migrator`]: one task per owned partition, materialising cron occurrences ahead.
 //! - [`sink`]: the idempotent producer of fired records, results and dead letters.
 //! - [`admin`]: HTTP `/metrics`, health, readiness and timer look-up.
 //! - [`metrics`]: every Prometheus metric; [`shutdown`]: the cancellation token;
@@ -30,6 +32,7 @@ pub mod command;
 pub mod config;
 pub mod intake;
 pub mod metrics;
+pub mod migrator;
 pub mod retry;
 pub mod schedule;
 pub mod service;

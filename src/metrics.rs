@@ -12,7 +12,8 @@ pub struct Metrics {
     registry: Registry,
     /// Commands processed, by `outcome` (accepted, duplicate, rejected).
     pub commands: IntCounterVec,
-    /// Fires, by `outcome` (delivered, retried, dropped).
+    /// Fires, by `outcome` (delivered, retried; stale: dropped before delivery because a
+    /// later command changed the timer).
     pub fires: IntCounterVec,
     /// Lateness of fires: produce time minus due time, seconds.
     pub fire_lateness: Histogram,

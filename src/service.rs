@@ -10,6 +10,7 @@ use crate::shutdown::CancellationToken;
 use crate::sink::{Sink, SinkTopics};
 use crate::store::Store;
 use crate::topics;
+use crate::schedule::PlanConfig;
 use crate::trigger::TriggerConfig;
 use crate::validate::Limits;
 use anyhow::Context;
@@ -113,6 +114,11 @@ pub async fn run(
         limits: Limits {
             max_horizon_ms: args.max_horizon_days.saturating_mul(86_400_000),
             max_payload_bytes: args.max_payload_bytes,
+            plan: PlanConfig {
+                window_ms: args.cron_window_ms,
+                max_per_pass: args.cron_max_per_pass,
+                misfire_threshold_ms: args.misfire_threshold_ms,
+            },
         },
         trigger: TriggerConfig {
             claim_ahead_ms: args.claim_ahead_ms,
@@ -120,6 +126,7 @@ pub async fn run(
             max_idle_ms: args.max_idle_ms,
             retry_base_ms: args.retry_base_ms,
             retry_max_ms: args.retry_max_ms,
+            misfire_threshold_ms: args.misfire_threshold_ms,
         },
         batch: args.intake_batch,
         token: token.clone(),

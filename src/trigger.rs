@@ -10,6 +10,9 @@
 //! On start the task re-drives whatever the partition has in flight (a previous owner
 //! crashed or lost the partition). Slices of earlier minutes are claimed first, so a
 //! backlog left by downtime drains in due order.
+//!
+//! Just before a fire is handed to the producer, the [`Gate`] is checked: a pause, update
+//! or cancel applied after the fire was claimed makes it stale, and it is dropped instead.
 
 use crate::metrics::Metrics;
 use crate::now_ms;
@@ -20,13 +23,13 @@ use crate::store::{Fire, Store, StoreError};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use prometheus::{IntCounter, IntGauge};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Trigger tuning.
@@ -42,6 +45,8 @@ pub struct TriggerConfig {
     pub retry_base_ms: i64,
     /// Largest delay between delivery retries.
     pub retry_max_ms: i64,
+    /// A cron occurrence claimed more than this late was missed (its misfire policy applies).
+    pub misfire_threshold_ms: i64,
 }
 
 /// Tells a trigger when it must claim next. Shared between the intake and the trigger.
@@ -70,12 +75,52 @@ impl Wake {
     }
 }
 
+/// Fires made stale by commands, checked just before delivery.
+///
+/// Invariant: after the intake applied a pause, update or cancel of a timer at command
+/// offset `o` (its new version), it blocks every fire of that timer with a version below
+/// `o` here *before* it sends the command's result; the trigger checks the gate right
+/// before each send. So no fire of an older version is produced after the result. An
+/// entry lives while the trigger may still hold a fire of that timer in memory.
+#[derive(Debug, Default)]
+pub struct Gate {
+    blocked: Mutex<HashMap<String, i64>>,
+}
+
+impl Gate {
+    /// Fires of `timer_id` with a version below `version` must not be delivered.
+    pub fn block(&self, timer_id: &str, version: i64) {
+        let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        let v = b.entry(timer_id.to_string()).or_insert(version);
+        *v = (*v).max(version);
+    }
+
+    fn blocks(&self, timer_id: &str, version: i64) -> bool {
+        let b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        !b.is_empty() && b.get(timer_id).is_some_and(|&v| version < v)
+    }
+
+    /// Forgets entries of timers the trigger holds no fire of. Claims that ran before a
+    /// command was applied have been pushed to the ready queue by then, so this is safe.
+    fn prune(&self, held: &HashSet<&str>) {
+        let mut b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        b.retain(|id, _| held.contains(id.as_str()));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+}
+
 /// The intake's handle on a running trigger.
 pub struct TriggerHandle {
     /// Wakes the trigger for earlier timers.
     pub wake: Arc<Wake>,
-    /// Fire members cancelled after they may have been claimed.
-    pub cancelled: mpsc::UnboundedSender<String>,
+    /// Fires made stale by commands.
+    pub gate: Arc<Gate>,
     token: CancellationToken,
     join: tokio::task::JoinHandle<()>,
 }
@@ -107,7 +152,7 @@ pub fn spawn(
     token: CancellationToken,
 ) -> TriggerHandle {
     let wake = Arc::new(Wake::new(cfg.claim_ahead_ms));
-    let (tx, rx) = mpsc::unbounded_channel();
+    let gate = Arc::new(Gate::default());
     let t = Trigger {
         in_flight: metrics
             .in_flight
@@ -121,7 +166,7 @@ pub fn spawn(
         metrics,
         cfg,
         wake: wake.clone(),
-        cancelled: rx,
+        gate: gate.clone(),
         token: token.clone(),
         ready: BTreeMap::new(),
         seq: 0,
@@ -131,7 +176,7 @@ pub fn spawn(
     let join = tokio::spawn(t.run());
     TriggerHandle {
         wake,
-        cancelled: tx,
+        gate,
         token,
         join,
     }
@@ -145,7 +190,7 @@ struct Trigger {
     metrics: Arc<Metrics>,
     cfg: TriggerConfig,
     wake: Arc<Wake>,
-    cancelled: mpsc::UnboundedReceiver<String>,
+    gate: Arc<Gate>,
     token: CancellationToken,
     /// Claimed fires by (send time, sequence).
     ready: BTreeMap<(i64, u64), Pending>,
@@ -236,6 +281,7 @@ impl Trigger {
                     self.epoch,
                     now + self.cfg.claim_ahead_ms,
                     self.cfg.claim_batch,
+                    now - self.cfg.misfire_threshold_ms,
                 )
                 .await
             {
@@ -271,6 +317,11 @@ impl Trigger {
                 break;
             }
             let pending = entry.remove();
+            if self.gate.blocks(&pending.fire.timer_id, pending.fire.version) {
+                self.metrics.fires.with_label_values(&["stale"]).inc();
+                self.acks.push(pending.fire.member);
+                continue;
+            }
             let lateness = (now - pending.fire.due_ms).max(0);
             match self
                 .sink
@@ -311,6 +362,10 @@ impl Trigger {
     }
 
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
+        if !self.gate.is_empty() {
+            let held = self.ready.values().map(|p| p.fire.timer_id.as_str()).collect();
+            self.gate.prune(&held);
+        }
         while let Some(Some((p, r))) = self.sending.next().now_or_never() {
             self.delivered(p, r);
         }
@@ -339,10 +394,6 @@ impl Trigger {
             _ = self.token.cancelled() => {}
             _ = sleep => {}
             _ = self.wake.notify.notified() => {}
-            Some(member) = self.cancelled.recv() => {
-                self.ready.retain(|_, p| p.fire.member != member);
-                self.in_flight_gauge();
-            }
             Some((p, r)) = self.sending.next(), if !self.sending.is_empty() => self.delivered(p, r),
         }
     }

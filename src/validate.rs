@@ -1,15 +1,18 @@
 //! Validation: turns a decoded [`TimerCommand`] into an [`Op`] for the store, or a
 //! reason a person can act on.
 
-use crate::command::{Callback, CommandKind, TimerCommand};
+use crate::command::{Callback, CommandKind, MisfirePolicy, TimerCommand};
+use crate::schedule::{CronSpec, Occurrences, PlanConfig};
 
-/// Limits applied to every command.
+/// Limits applied to every command, and how cron schedules are materialised.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest accepted distance between now and a due time, ms.
     pub max_horizon_ms: i64,
     /// Largest accepted payload, bytes.
     pub max_payload_bytes: usize,
+    /// Cron materialisation window and misfire threshold.
+    pub plan: PlanConfig,
 }
 
 impl Default for Limits {
@@ -17,6 +20,7 @@ impl Default for Limits {
         Limits {
             max_horizon_ms: 10 * 366 * 24 * 3_600_000,
             max_payload_bytes: 512 * 1024,
+            plan: PlanConfig::default(),
         }
     }
 }
@@ -24,15 +28,56 @@ impl Default for Limits {
 /// A validated command, ready to be applied to the store.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
-    /// Create a one-shot timer due at `due_ms`.
-    CreateOnce {
-        /// Due instant, Unix epoch ms.
-        due_ms: i64,
+    /// Create a timer.
+    Create {
+        /// When it fires.
+        schedule: Schedule,
         /// What to deliver.
         def: TimerDef,
     },
+    /// Replace a timer's schedule, and its callback when `def` is given.
+    Update {
+        /// The new schedule.
+        schedule: Schedule,
+        /// The new definition; `None` keeps the current one.
+        def: Option<TimerDef>,
+    },
+    /// Pause the timer: no fires until resumed.
+    Pause,
+    /// Resume a paused timer: occurrences from `origin_ms` on.
+    Resume {
+        /// The resume command's record timestamp.
+        origin_ms: i64,
+    },
     /// Cancel the timer.
     Cancel,
+}
+
+/// When a timer fires.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Schedule {
+    /// Once, at `due_ms`.
+    Once {
+        /// Due instant, Unix epoch ms.
+        due_ms: i64,
+    },
+    /// On a cron schedule; `first` holds the occurrences of the current window.
+    Cron {
+        /// The schedule as given.
+        spec: CronSpec,
+        /// The occurrences to materialise now.
+        first: Occurrences,
+    },
+}
+
+impl Schedule {
+    /// The first due instant, if any.
+    pub fn first_due(&self) -> Option<i64> {
+        match self {
+            Schedule::Once { due_ms } => Some(*due_ms),
+            Schedule::Cron { first, .. } => first.dues.first().copied(),
+        }
+    }
 }
 
 /// What a timer delivers when it fires; stored with the timer.
@@ -69,37 +114,104 @@ pub fn validate(
         }
         Some(_) => {}
     }
+    let def = |required: bool| -> Result<Option<TimerDef>, String> {
+        let Some(callback) = cmd.callback.clone().or_else(|| required.then(Callback::default))
+        else {
+            return Ok(None);
+        };
+        check_callback(&callback, limits)?;
+        Ok(Some(TimerDef {
+            application: cmd.application.clone(),
+            callback,
+        }))
+    };
+    let schedule = |kind: Option<CommandKind>| schedule_of(cmd, kind, record_ts_ms, now_ms, limits);
     match cmd.kind {
-        CommandKind::CreateOnce => {
-            let due_ms = due_of(cmd, record_ts_ms)?;
-            if due_ms - now_ms > limits.max_horizon_ms {
-                return Err(format!(
-                    "due time {due_ms} is more than {} days ahead",
-                    limits.max_horizon_ms / 86_400_000
-                ));
-            }
-            let callback = cmd.callback.clone().unwrap_or_default();
-            check_callback(&callback, limits)?;
-            Ok(Op::CreateOnce {
-                due_ms,
-                def: TimerDef {
-                    application: cmd.application.clone(),
-                    callback,
-                },
-            })
-        }
+        CommandKind::CreateOnce | CommandKind::CreateCron => Ok(Op::Create {
+            schedule: schedule(Some(cmd.kind))?,
+            def: def(true)?.unwrap_or_default(),
+        }),
+        CommandKind::Update => Ok(Op::Update {
+            schedule: schedule(None)?,
+            def: def(false)?,
+        }),
+        CommandKind::Pause => Ok(Op::Pause),
+        CommandKind::Resume => Ok(Op::Resume {
+            origin_ms: record_ts_ms,
+        }),
         CommandKind::Cancel => Ok(Op::Cancel),
-        other => Err(format!(
-            "{} is not supported yet by this ktimer version",
-            other.as_str()
-        )),
     }
+}
+
+/// The schedule a create (of `kind`) or an update (`None`: whichever fields are set) asks for.
+fn schedule_of(
+    cmd: &TimerCommand,
+    kind: Option<CommandKind>,
+    record_ts_ms: i64,
+    now_ms: i64,
+    limits: &Limits,
+) -> Result<Schedule, String> {
+    let cron_fields = cmd.cron.is_some()
+        || cmd.time_zone.is_some()
+        || cmd.start_ms.is_some()
+        || cmd.end_ms.is_some()
+        || cmd.max_fires.is_some()
+        || cmd.misfire.is_some();
+    let once_fields = cmd.at_ms.is_some() || cmd.delay_ms.is_some();
+    let cron = match kind {
+        Some(CommandKind::CreateCron) => true,
+        Some(_) => false,
+        None if cron_fields == once_fields => {
+            return Err(
+                "UPDATE needs the new schedule: cron (with its options) or at_ms/delay_ms, not both"
+                    .into(),
+            )
+        }
+        None => cron_fields,
+    };
+    if !cron {
+        if cron_fields {
+            return Err("cron, time_zone, start_ms, end_ms, max_fires and misfire apply to cron timers; a one-shot timer always fires, late if it must".into());
+        }
+        let due_ms = due_of(cmd, record_ts_ms)?;
+        if due_ms - now_ms > limits.max_horizon_ms {
+            return Err(format!(
+                "due time {due_ms} is more than {} days ahead",
+                limits.max_horizon_ms / 86_400_000
+            ));
+        }
+        return Ok(Schedule::Once { due_ms });
+    }
+    if once_fields {
+        return Err("at_ms and delay_ms apply to one-shot timers; a cron timer takes cron".into());
+    }
+    let Some(expr) = cmd.cron.clone() else {
+        return Err("CREATE_CRON needs cron".into());
+    };
+    let spec = CronSpec {
+        cron: expr,
+        time_zone: cmd.time_zone.clone().unwrap_or_else(|| "UTC".into()),
+        start_ms: cmd.start_ms,
+        end_ms: cmd.end_ms,
+        max_fires: cmd.max_fires,
+        misfire: cmd.misfire.unwrap_or(MisfirePolicy::FireOnce),
+    };
+    let compiled = spec.compile()?;
+    let after = record_ts_ms.max(spec.start_ms.unwrap_or(i64::MIN)) - 1;
+    let first = compiled.plan(after, now_ms, spec.misfire, &limits.plan);
+    if first.dues.is_empty() && first.exhausted {
+        return Err(format!(
+            "the schedule has no occurrence after {}",
+            after + 1
+        ));
+    }
+    Ok(Schedule::Cron { spec, first })
 }
 
 fn due_of(cmd: &TimerCommand, record_ts_ms: i64) -> Result<i64, String> {
     match (cmd.at_ms, cmd.delay_ms) {
         (Some(_), Some(_)) => Err("set only one of at_ms and delay_ms".into()),
-        (None, None) => Err("CREATE_ONCE needs at_ms or delay_ms".into()),
+        (None, None) => Err("a one-shot timer needs at_ms or delay_ms".into()),
         (Some(at), None) if at <= 0 => Err(format!(
             "at_ms must be a positive Unix epoch millisecond instant, got {at}"
         )),
@@ -163,14 +275,12 @@ mod tests {
     fn due_times() {
         let l = Limits::default();
         let v = |c: &TimerCommand| validate(c, Some(b"t"), 1_000, 1_000, &l);
-        assert!(matches!(
-            v(&once(Some(5_000), None)),
-            Ok(Op::CreateOnce { due_ms: 5_000, .. })
-        ));
-        assert!(matches!(
-            v(&once(None, Some(20))),
-            Ok(Op::CreateOnce { due_ms: 1_020, .. })
-        ));
+        let due = |c: &TimerCommand| match v(c) {
+            Ok(Op::Create { schedule, .. }) => schedule.first_due(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(due(&once(Some(5_000), None)), Some(5_000));
+        assert_eq!(due(&once(None, Some(20))), Some(1_020));
         assert!(v(&once(Some(0), None)).unwrap_err().contains("positive"));
         assert!(v(&once(None, Some(-1))).unwrap_err().contains("negative"));
         assert!(v(&once(None, None)).unwrap_err().contains("needs"));

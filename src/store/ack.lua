@@ -1,6 +1,8 @@
--- Acknowledges fires the broker accepted: removes them from the in-flight set and marks
--- their one-shot timers fired (kept for look-up until the retention expires).
--- KEYS: 1 epoch, 2 in-flight set
+-- Acknowledges fires the broker accepted (or that were dropped before delivery because
+-- their timer changed): removes them from the in-flight set; marks one-shot timers fired
+-- and cron timers completed after their last fire (kept for look-up until the retention
+-- expires).
+-- KEYS: 1 epoch, 2 in-flight set, 3 cron index
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 retention ms, 4.. members
 -- Returns the number of members removed, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -12,11 +14,22 @@ for i = 4, #ARGV do
   n = n + redis.call('ZREM', KEYS[2], member)
   local c1 = string.find(member, ':', 1, true)
   local c2 = string.find(member, ':', c1 + 1, true)
-  local tkey = ARGV[2] .. string.sub(member, c2 + 1)
-  local t = redis.call('HMGET', tkey, 'v', 'st')
+  local due = string.sub(member, c1 + 1, c2 - 1)
+  local id = string.sub(member, c2 + 1)
+  local tkey = ARGV[2] .. id
+  local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'n', 'mx', 'fin')
   if t[1] == string.sub(member, 1, c1 - 1) and t[2] == 'scheduled' then
-    redis.call('HSET', tkey, 'st', 'fired')
-    redis.call('PEXPIRE', tkey, ARGV[3])
+    if t[3] ~= 'c' then
+      redis.call('HSET', tkey, 'st', 'fired')
+      redis.call('PEXPIRE', tkey, ARGV[3])
+    else
+      redis.call('HSET', tkey, 'last', due)
+      if t[6] == due or (t[5] and tonumber(t[4] or '0') >= tonumber(t[5])) then
+        redis.call('HSET', tkey, 'st', 'completed')
+        redis.call('PEXPIRE', tkey, ARGV[3])
+        redis.call('ZREM', KEYS[3], id)
+      end
+    end
   end
 end
 return n

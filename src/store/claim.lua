@@ -1,18 +1,53 @@
 -- Claims the fires of a partition that are due up to a bound: moves them from their
 -- minute slices into the in-flight set, in one atomic step, so a crash between claim and
 -- delivery never loses them (whoever owns the partition next re-drives the in-flight set).
--- KEYS: 1 epoch, 2 slice index, 3 in-flight set
+-- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index
 -- ARGV: 1 expected epoch, 2 claim fires due <= this ms, 3 max fires, 4 slice key prefix,
---       5 timer key prefix
+--       5 timer key prefix, 6 occurrences due before this ms were missed, 7 now ms,
+--       8 retention ms
 -- Returns {next due ms or '', member, definition, member, definition, ...}, or {'fenced'}.
--- Members of timers that were cancelled or replaced are dropped, not claimed.
+-- Members of timers that were paused, cancelled or changed (older version) are dropped.
+-- Cron members also obey the timer's maximum number of fires and its misfire policy:
+-- skip drops missed occurrences; once fires the first missed occurrence of an outage and
+-- drops the others missed by then (field lf: when that late fire was claimed); all fires
+-- every one.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
 local upto = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
+local missed_before = tonumber(ARGV[6])
 local out = {''}
 local n = 0
+
+-- Whether a valid cron member is delivered; counts it when it is.
+local function cron_take(tkey, t, due, id)
+  local d = tonumber(due)
+  local take = true
+  if t[6] and tonumber(t[5] or '0') >= tonumber(t[6]) then
+    take = false
+  elseif d < missed_before then
+    if t[7] == 'skip' then
+      take = false
+    elseif t[7] == 'once' then
+      if t[8] and d <= tonumber(t[8]) then
+        take = false
+      else
+        redis.call('HSET', tkey, 'lf', ARGV[7])
+      end
+    end
+  end
+  if take then
+    redis.call('HINCRBY', tkey, 'n', 1)
+  elseif t[9] == due then
+    -- The last occurrence of the schedule was dropped: nothing more will fire.
+    redis.call('HSET', tkey, 'st', 'completed')
+    redis.call('PEXPIRE', tkey, ARGV[8])
+    redis.call('ZREM', KEYS[4], id)
+  end
+  return take
+end
+
 local minutes = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', math.floor(upto / 60000))
 for _, m in ipairs(minutes) do
   local skey = ARGV[4] .. m
@@ -24,8 +59,10 @@ for _, m in ipairs(minutes) do
     local c2 = string.find(member, ':', c1 + 1, true)
     local ver = string.sub(member, 1, c1 - 1)
     local due = string.sub(member, c1 + 1, c2 - 1)
-    local t = redis.call('HMGET', ARGV[5] .. string.sub(member, c2 + 1), 'v', 'st', 'd')
-    if t[1] == ver and t[2] == 'scheduled' then
+    local id = string.sub(member, c2 + 1)
+    local tkey = ARGV[5] .. id
+    local t = redis.call('HMGET', tkey, 'v', 'st', 'd', 'k', 'n', 'mx', 'mp', 'lf', 'fin')
+    if t[1] == ver and t[2] == 'scheduled' and (t[4] ~= 'c' or cron_take(tkey, t, due, id)) then
       redis.call('ZADD', KEYS[3], due, member)
       out[#out + 1] = member
       out[#out + 1] = t[3]

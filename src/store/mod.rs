@@ -5,10 +5,11 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `PREFIX:{topic:p}:t:ID` | hash | timer `ID`: `v` version, `st` state, `rq` request id, `due`, `d` definition |
+//! | `PREFIX:{topic:p}:t:ID` | hash | timer `ID`: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired |
 //! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute: member `version:due:id`, score due ms |
 //! | `PREFIX:{topic:p}:idx` | zset | the minutes whose slice is not empty |
 //! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker |
+//! | `PREFIX:{topic:p}:cron` | zset | scheduled cron timers, scored by when their window must be extended |
 //! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset applied |
 //! | `PREFIX:{topic:p}:epoch` | string | bumped by each new owner; every script checks it (fencing) |
 //!
@@ -16,7 +17,9 @@
 //! if Redis lost them).
 
 use crate::codec;
-use crate::validate::{Op, TimerDef};
+use crate::command::MisfirePolicy;
+use crate::schedule::{CronSpec, Occurrences};
+use crate::validate::{Op, Schedule, TimerDef};
 use redis::aio::ConnectionManager;
 use redis::{Pipeline, Script};
 
@@ -57,6 +60,8 @@ struct Scripts {
     claim: Script,
     ack: Script,
     recover: Script,
+    cron_due: Script,
+    materialize: Script,
 }
 
 /// The key names of one partition.
@@ -160,6 +165,8 @@ impl Store {
                 claim: Script::new(include_str!("claim.lua")),
                 ack: Script::new(include_str!("ack.lua")),
                 recover: Script::new(include_str!("recover.lua")),
+                cron_due: Script::new(include_str!("cron_due.lua")),
+                materialize: Script::new(include_str!("materialize.lua")),
             }),
             prefix: prefix.to_string(),
             topic: topic.to_string(),
@@ -175,7 +182,9 @@ impl Store {
         p.load_script(&s.apply)
             .load_script(&s.claim)
             .load_script(&s.ack)
-            .load_script(&s.recover);
+            .load_script(&s.recover)
+            .load_script(&s.cron_due)
+            .load_script(&s.materialize);
         let _: Vec<String> = p.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
@@ -224,53 +233,171 @@ impl Store {
         let mut p = redis::pipe();
         for r in reqs {
             let k = self.keys(r.partition);
-            let (op, due, def) = match &r.op {
-                Op::CreateOnce { due_ms, def } => (
-                    "create",
-                    *due_ms,
-                    codec::encode_stored(def).map_err(|e| StoreError::Reply(e.to_string()))?,
-                ),
-                Op::Cancel => ("cancel", 0, vec![]),
-            };
             let mut inv = self.scripts.apply.prepare_invoke();
             inv.key(k.key("epoch"))
                 .key(k.key("offset"))
                 .key(format!("{}{}", k.timer_prefix(), r.timer_id))
                 .key(k.key("idx"))
                 .key(k.key("inflight"))
+                .key(k.key("cron"))
                 .arg(r.epoch)
                 .arg(r.offset)
-                .arg(op)
+                .arg(op_name(&r.op))
                 .arg(&r.timer_id)
                 .arg(&r.request_id)
-                .arg(due)
-                .arg(def)
                 .arg(self.retention_ms)
                 .arg(k.slice_prefix());
+            let encode = |d: &TimerDef| {
+                codec::encode_stored(d).map_err(|e| StoreError::Reply(e.to_string()))
+            };
+            let (schedule, def) = match &r.op {
+                Op::Create { schedule, def } => (Some(schedule), encode(def)?),
+                Op::Update { schedule, def } => {
+                    (Some(schedule), def.as_ref().map(encode).transpose()?.unwrap_or_default())
+                }
+                _ => (None, vec![]),
+            };
+            let origin = match r.op {
+                Op::Resume { origin_ms } => origin_ms,
+                _ => 0,
+            };
+            match schedule {
+                Some(Schedule::Once { due_ms }) => {
+                    inv.arg("o").arg(due_ms).arg(def).arg("").arg("").arg("").arg("").arg("");
+                }
+                Some(Schedule::Cron { spec, first }) => {
+                    let sc = serde_json::to_string(spec).map_err(|e| StoreError::Reply(e.to_string()))?;
+                    inv.arg("c")
+                        .arg(first.dues.first().map(i64::to_string).unwrap_or_default())
+                        .arg(def)
+                        .arg(sc)
+                        .arg(misfire_code(spec.misfire))
+                        .arg(spec.max_fires.map(|m| m.to_string()).unwrap_or_default())
+                        .arg(first.covered_ms)
+                        .arg(self.refill_at(first));
+                }
+                None => {
+                    inv.arg("").arg("").arg(def).arg("").arg("").arg("").arg("").arg("");
+                }
+            }
+            inv.arg(origin);
+            if let Some(Schedule::Cron { first, .. }) = schedule {
+                for d in &first.dues {
+                    inv.arg(d);
+                }
+            }
             p.invoke_script(&inv);
         }
         let rows: Vec<Vec<String>> = self.run(&p).await?;
         rows.into_iter().map(parse_applied).collect()
     }
 
+    /// When the migrator must extend a window materialised up to `o.covered_ms`: halfway
+    /// there (so a window is always at least half full), or never (`""`) when exhausted.
+    fn refill_at(&self, o: &Occurrences) -> String {
+        if o.exhausted {
+            return String::new();
+        }
+        let now = crate::now_ms();
+        (now + (o.covered_ms - now).max(0) / 2).to_string()
+    }
+
+    /// Cron timers of `partition` whose window must be extended by `now_ms`, at most `limit`.
+    pub async fn cron_due(
+        &self,
+        partition: i32,
+        epoch: i64,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<CronDue>, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.cron_due.prepare_invoke();
+        inv.key(k.key("epoch"))
+            .key(k.key("cron"))
+            .arg(epoch)
+            .arg(now_ms)
+            .arg(limit)
+            .arg(k.timer_prefix());
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (reply,): (Vec<String>,) = self.run(&p).await?;
+        if reply.first().map(String::as_str) == Some("fenced") {
+            return Err(StoreError::Fenced(partition));
+        }
+        let mut out = Vec::with_capacity(reply.len() / 4);
+        for c in reply.chunks_exact(4) {
+            let bad = || StoreError::Reply(format!("cron_due returned {c:?}"));
+            out.push(CronDue {
+                timer_id: c[0].clone(),
+                version: c[1].parse().map_err(|_| bad())?,
+                spec: serde_json::from_str(&c[2]),
+                covered_ms: c[3].parse().map_err(|_| bad())?,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Materialises the occurrences the migrator computed, in one atomic call.
+    pub async fn materialize(
+        &self,
+        partition: i32,
+        epoch: i64,
+        batch: &[(CronDue, Occurrences)],
+    ) -> Result<i64, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.materialize.prepare_invoke();
+        inv.key(k.key("epoch"))
+            .key(k.key("idx"))
+            .key(k.key("cron"))
+            .key(k.key("inflight"))
+            .arg(epoch)
+            .arg(k.slice_prefix())
+            .arg(k.timer_prefix())
+            .arg(self.retention_ms);
+        for (due, o) in batch {
+            inv.arg(&due.timer_id)
+                .arg(due.version)
+                .arg(o.covered_ms)
+                .arg(self.refill_at(o))
+                .arg(o.dues.len());
+            for d in &o.dues {
+                inv.arg(d);
+            }
+        }
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (n,): (i64,) = self.run(&p).await?;
+        if n < 0 {
+            return Err(StoreError::Fenced(partition));
+        }
+        Ok(n)
+    }
+
     /// Claims up to `limit` fires of `partition` due at or before `upto_ms`.
+    /// Cron occurrences due before `missed_before_ms` were missed: their timer's misfire
+    /// policy decides whether they fire.
     pub async fn claim(
         &self,
         partition: i32,
         epoch: i64,
         upto_ms: i64,
         limit: usize,
+        missed_before_ms: i64,
     ) -> Result<Claimed, StoreError> {
         let k = self.keys(partition);
         let mut inv = self.scripts.claim.prepare_invoke();
         inv.key(k.key("epoch"))
             .key(k.key("idx"))
             .key(k.key("inflight"))
+            .key(k.key("cron"))
             .arg(epoch)
             .arg(upto_ms)
             .arg(limit)
             .arg(k.slice_prefix())
-            .arg(k.timer_prefix());
+            .arg(k.timer_prefix())
+            .arg(missed_before_ms)
+            .arg(crate::now_ms())
+            .arg(self.retention_ms);
         let mut p = redis::pipe();
         p.invoke_script(&inv);
         let (reply,): (Vec<Vec<u8>>,) = self.run(&p).await?;
@@ -317,6 +444,7 @@ impl Store {
         let mut inv = self.scripts.ack.prepare_invoke();
         inv.key(k.key("epoch"))
             .key(k.key("inflight"))
+            .key(k.key("cron"))
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(self.retention_ms);
@@ -343,6 +471,37 @@ impl Store {
             .arg(format!("{}{}", k.timer_prefix(), timer_id))
             .query_async(&mut self.conn.clone())
             .await?)
+    }
+}
+
+/// A cron timer whose materialised window must be extended.
+#[derive(Debug)]
+pub struct CronDue {
+    /// Timer id.
+    pub timer_id: String,
+    /// Its version when read.
+    pub version: i64,
+    /// Its schedule (an error if the stored JSON is unreadable).
+    pub spec: Result<CronSpec, serde_json::Error>,
+    /// Occurrences up to this instant are materialised.
+    pub covered_ms: i64,
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Create { .. } => "create",
+        Op::Update { .. } => "update",
+        Op::Pause => "pause",
+        Op::Resume { .. } => "resume",
+        Op::Cancel => "cancel",
+    }
+}
+
+fn misfire_code(p: MisfirePolicy) -> &'static str {
+    match p {
+        MisfirePolicy::FireOnce => "once",
+        MisfirePolicy::FireAll => "all",
+        MisfirePolicy::Skip => "skip",
     }
 }
 

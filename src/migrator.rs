@@ -1,0 +1,156 @@
+//! The migrator: one task per owned partition that keeps cron occurrences materialised.
+//!
+//! Cron timers are expanded into the minute slices for a window ahead (`--cron-window-ms`,
+//! at most `--cron-max-per-pass` occurrences per timer per pass). The cron index scores
+//! each scheduled cron timer by when its window is half used; the migrator wakes every
+//! second (or at once when the intake resumed a timer), extends every window that is
+//! due, and wakes the trigger when it stored an occurrence earlier than the trigger
+//! planned to look. Creating or updating a timer materialises its first window in the
+//! same atomic step as the command, so no fire ever waits for the migrator; a timer that
+//! fires every second is materialised hundreds of fires ahead.
+//!
+//! Occurrences missed while nobody owned the partition are planned under the timer's
+//! misfire policy (see [`crate::schedule::Compiled::plan`]).
+
+use crate::metrics::Metrics;
+use crate::now_ms;
+use crate::retry;
+use crate::schedule::{Occurrences, PlanConfig};
+use crate::shutdown::CancellationToken;
+use crate::store::{Store, StoreError};
+use crate::trigger::Wake;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Most cron timers extended in one Redis call.
+const BATCH: usize = 200;
+/// Longest sleep between two looks at the cron index.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// The intake's handle on a running migrator.
+pub struct MigratorHandle {
+    /// Makes the migrator look at the cron index now (a timer was resumed).
+    pub wake: Arc<Notify>,
+    token: CancellationToken,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl MigratorHandle {
+    /// Stops the migrator and waits for it.
+    pub async fn stop(self) {
+        self.token.cancel();
+        let _ = self.join.await;
+    }
+}
+
+/// Starts the migrator of `partition` holding `epoch`; it wakes `trigger` for new fires.
+pub fn spawn(
+    partition: i32,
+    epoch: i64,
+    store: Store,
+    plan: PlanConfig,
+    trigger: Arc<Wake>,
+    metrics: Arc<Metrics>,
+    token: CancellationToken,
+) -> MigratorHandle {
+    let wake = Arc::new(Notify::new());
+    let m = Migrator {
+        partition,
+        epoch,
+        store,
+        plan,
+        trigger,
+        metrics,
+        wake: wake.clone(),
+        token: token.clone(),
+    };
+    let join = tokio::spawn(m.run());
+    MigratorHandle { wake, token, join }
+}
+
+struct Migrator {
+    partition: i32,
+    epoch: i64,
+    store: Store,
+    plan: PlanConfig,
+    trigger: Arc<Wake>,
+    metrics: Arc<Metrics>,
+    wake: Arc<Notify>,
+    token: CancellationToken,
+}
+
+impl Migrator {
+    async fn run(self) {
+        let mut failures = 0u32;
+        while !self.token.is_cancelled() {
+            match self.step().await {
+                Ok(true) => continue,
+                Ok(false) => failures = 0,
+                Err(StoreError::Fenced(_)) => {
+                    tracing::warn!(partition = self.partition, "migrator stopped: partition lost");
+                    return;
+                }
+                Err(e) => {
+                    self.metrics
+                        .redis_errors
+                        .with_label_values(&["migrate"])
+                        .inc();
+                    failures += 1;
+                    if retry::worth_logging(failures) {
+                        tracing::warn!(partition = self.partition, error = %e, failures, "migrator: redis call failed; retrying");
+                    }
+                    retry::pause(&self.token, failures).await;
+                    continue;
+                }
+            }
+            tokio::select! {
+                _ = self.token.cancelled() => {}
+                _ = tokio::time::sleep(IDLE) => {}
+                _ = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Extends the windows that are due; `true` when there may be more right away.
+    async fn step(&self) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let due = self
+            .store
+            .cron_due(self.partition, self.epoch, now, BATCH)
+            .await?;
+        if due.is_empty() {
+            return Ok(false);
+        }
+        let full = due.len() >= BATCH;
+        let mut batch = Vec::with_capacity(due.len());
+        for d in due {
+            let compiled = match &d.spec {
+                Ok(spec) => spec.compile().map(|c| (c, spec.misfire)),
+                Err(e) => Err(e.to_string()),
+            };
+            let o = match compiled {
+                Ok((c, misfire)) => c.plan(d.covered_ms, now, misfire, &self.plan),
+                Err(e) => {
+                    // Cannot happen for a schedule validated at intake; complete the timer
+                    // rather than retry it forever.
+                    tracing::error!(partition = self.partition, timer_id = %d.timer_id, error = %e,
+                        "stored cron schedule unreadable; completing the timer");
+                    Occurrences {
+                        dues: vec![],
+                        covered_ms: d.covered_ms,
+                        exhausted: true,
+                    }
+                }
+            };
+            batch.push((d, o));
+        }
+        self.store
+            .materialize(self.partition, self.epoch, &batch)
+            .await?;
+        if let Some(first) = batch.iter().filter_map(|(_, o)| o.dues.first()).min() {
+            self.trigger.due(*first);
+        }
+        Ok(full)
+    }
+}

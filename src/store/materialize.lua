@@ -1,0 +1,58 @@
+-- Materialises cron occurrences computed by the migrator into the minute slices.
+-- KEYS: 1 epoch, 2 slice index, 3 cron index, 4 in-flight set
+-- ARGV: 1 expected epoch, 2 slice key prefix, 3 timer key prefix, 4 retention ms,
+--       then per timer: id, version, materialised through ms, next materialisation ms
+--       ('' when the schedule is exhausted), number of occurrences k, k occurrences
+-- Returns the number of timers extended, or -1 when fenced.
+-- A timer whose version moved since the migrator read it is left alone (the command
+-- that moved it materialised its own occurrences). An exhausted schedule records its
+-- last occurrence (fin), whose acknowledgement completes the timer; when that one is no
+-- longer pending, the timer completes now.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+local done = 0
+local i = 5
+while i <= #ARGV do
+  local id, ver, covered, refill, k = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
+  local first = i + 5
+  i = first + k
+  local tkey = ARGV[3] .. id
+  local t = redis.call('HMGET', tkey, 'v', 'st', 'lst')
+  if t[1] == ver and t[2] == 'scheduled' then
+    local last = t[3]
+    for j = first, first + k - 1 do
+      local d = ARGV[j]
+      local minute = math.floor(tonumber(d) / 60000)
+      redis.call('ZADD', ARGV[2] .. minute, d, ver .. ':' .. d .. ':' .. id)
+      redis.call('ZADD', KEYS[2], minute, minute)
+      last = d
+    end
+    if k > 0 and redis.call('HEXISTS', tkey, 'due') == 0 then
+      redis.call('HSET', tkey, 'due', ARGV[first])
+    end
+    redis.call('HSET', tkey, 'hz', covered)
+    if last then
+      redis.call('HSET', tkey, 'lst', last)
+    end
+    if refill ~= '' then
+      redis.call('ZADD', KEYS[3], refill, id)
+    else
+      redis.call('ZREM', KEYS[3], id)
+      local member = last and (ver .. ':' .. last .. ':' .. id)
+      local pending = member and (
+        redis.call('ZSCORE', ARGV[2] .. math.floor(tonumber(last) / 60000), member)
+        or redis.call('ZSCORE', KEYS[4], member))
+      if pending then
+        redis.call('HSET', tkey, 'fin', last)
+      else
+        redis.call('HSET', tkey, 'st', 'completed')
+        redis.call('PEXPIRE', tkey, ARGV[4])
+      end
+    end
+    done = done + 1
+  elseif t[2] ~= 'scheduled' then
+    redis.call('ZREM', KEYS[3], id)
+  end
+end
+return done
