@@ -209,7 +209,8 @@ impl Trigger {
         let p = self.partition;
         tracing::info!(partition = p, epoch = self.epoch, "trigger started");
         let mut failures = 0u32;
-        match self.store.recover(p, self.epoch).await {
+        let missed_before = now_ms() - self.cfg.misfire_threshold_ms;
+        match self.store.recover(p, self.epoch, missed_before).await {
             Ok(fires) => {
                 if !fires.is_empty() {
                     tracing::info!(

@@ -7,10 +7,8 @@
 --       8 retention ms
 -- Returns {next due ms or '', member, definition, member, definition, ...}, or {'fenced'}.
 -- Members of timers that were paused, cancelled or changed (older version) are dropped.
--- Cron members also obey the timer's maximum number of fires and its misfire policy:
--- skip drops missed occurrences; once fires the first missed occurrence of an outage and
--- drops the others missed by then (field lf: when that late fire was claimed); all fires
--- every one.
+-- Cron members also obey the timer's maximum number of fires and its misfire policy
+-- (misfire.lua, prepended).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
@@ -23,27 +21,19 @@ local n = 0
 -- Whether a valid cron member is delivered; counts it when it is.
 local function cron_take(tkey, t, due, id)
   local d = tonumber(due)
-  local take = true
+  local take
   if t[6] and tonumber(t[5] or '0') >= tonumber(t[6]) then
     take = false
   elseif d < missed_before then
-    if t[7] == 'skip' then
-      take = false
-    elseif t[7] == 'once' then
-      if t[8] and d <= tonumber(t[8]) then
-        take = false
-      else
-        redis.call('HSET', tkey, 'lf', ARGV[7])
-      end
-    end
+    take = missed_fires(tkey, t, d, ARGV[7])
+  else
+    take = true
   end
   if take then
     redis.call('HINCRBY', tkey, 'n', 1)
   elseif t[9] == due then
     -- The last occurrence of the schedule was dropped: nothing more will fire.
-    redis.call('HSET', tkey, 'st', 'completed')
-    redis.call('PEXPIRE', tkey, ARGV[8])
-    redis.call('ZREM', KEYS[4], id)
+    complete(tkey, id, ARGV[8], KEYS[4])
   end
   return take
 end
@@ -61,7 +51,7 @@ for _, m in ipairs(minutes) do
     local due = string.sub(member, c1 + 1, c2 - 1)
     local id = string.sub(member, c2 + 1)
     local tkey = ARGV[5] .. id
-    local t = redis.call('HMGET', tkey, 'v', 'st', 'd', 'k', 'n', 'mx', 'mp', 'lf', 'fin')
+    local t = redis.call('HMGET', tkey, unpack(TIMER_FIELDS))
     if t[1] == ver and t[2] == 'scheduled' and (t[4] ~= 'c' or cron_take(tkey, t, due, id)) then
       redis.call('ZADD', KEYS[3], due, member)
       out[#out + 1] = member

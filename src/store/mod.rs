@@ -54,6 +54,9 @@ impl StoreError {
     }
 }
 
+/// Helpers shared by the claim and recover scripts, prepended to both.
+const MISFIRE: &str = include_str!("misfire.lua");
+
 /// The Lua scripts, loaded once.
 struct Scripts {
     apply: Script,
@@ -162,9 +165,9 @@ impl Store {
             conn,
             scripts: std::sync::Arc::new(Scripts {
                 apply: Script::new(include_str!("apply.lua")),
-                claim: Script::new(include_str!("claim.lua")),
+                claim: Script::new(&[MISFIRE, include_str!("claim.lua")].concat()),
                 ack: Script::new(include_str!("ack.lua")),
-                recover: Script::new(include_str!("recover.lua")),
+                recover: Script::new(&[MISFIRE, include_str!("recover.lua")].concat()),
                 cron_due: Script::new(include_str!("cron_due.lua")),
                 materialize: Script::new(include_str!("materialize.lua")),
             }),
@@ -417,13 +420,23 @@ impl Store {
     }
 
     /// Lists the in-flight fires of `partition`, to re-drive them after a takeover.
-    pub async fn recover(&self, partition: i32, epoch: i64) -> Result<Vec<Fire>, StoreError> {
+    /// Missed cron occurrences (due before `missed_before_ms`) obey their misfire policy.
+    pub async fn recover(
+        &self,
+        partition: i32,
+        epoch: i64,
+        missed_before_ms: i64,
+    ) -> Result<Vec<Fire>, StoreError> {
         let k = self.keys(partition);
         let mut inv = self.scripts.recover.prepare_invoke();
         inv.key(k.key("epoch"))
             .key(k.key("inflight"))
+            .key(k.key("cron"))
             .arg(epoch)
-            .arg(k.timer_prefix());
+            .arg(k.timer_prefix())
+            .arg(missed_before_ms)
+            .arg(crate::now_ms())
+            .arg(self.retention_ms);
         let mut p = redis::pipe();
         p.invoke_script(&inv);
         let (reply,): (Vec<Vec<u8>>,) = self.run(&p).await?;

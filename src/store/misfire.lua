@@ -1,0 +1,26 @@
+-- Misfire helpers, prepended to claim.lua and recover.lua (one source for both).
+-- `t` holds a timer's fields in this order: v, st, d, k, n, mx, mp, lf, fin.
+local TIMER_FIELDS = {'v', 'st', 'd', 'k', 'n', 'mx', 'mp', 'lf', 'fin'}
+
+-- Whether a cron occurrence due at `d` that was missed still fires, by the timer's
+-- policy: skip drops it; once fires the first occurrence missed in an outage and drops
+-- the others missed by then (lf: when that late fire was taken); all fires it.
+local function missed_fires(tkey, t, d, now)
+  if t[7] == 'skip' then
+    return false
+  end
+  if t[7] == 'once' then
+    if t[8] and d <= tonumber(t[8]) then
+      return false
+    end
+    redis.call('HSET', tkey, 'lf', now)
+  end
+  return true
+end
+
+-- No occurrence of the timer will fire any more.
+local function complete(tkey, id, retention, cron_index)
+  redis.call('HSET', tkey, 'st', 'completed')
+  redis.call('PEXPIRE', tkey, retention)
+  redis.call('ZREM', cron_index, id)
+end
