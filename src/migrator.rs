@@ -88,7 +88,10 @@ impl Migrator {
                 Ok(true) => continue,
                 Ok(false) => failures = 0,
                 Err(StoreError::Fenced(_)) => {
-                    tracing::warn!(partition = self.partition, "migrator stopped: partition lost");
+                    tracing::warn!(
+                        partition = self.partition,
+                        "migrator stopped: partition lost"
+                    );
                     return;
                 }
                 Err(e) => {

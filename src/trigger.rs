@@ -318,7 +318,10 @@ impl Trigger {
                 break;
             }
             let pending = entry.remove();
-            if self.gate.blocks(&pending.fire.timer_id, pending.fire.version) {
+            if self
+                .gate
+                .blocks(&pending.fire.timer_id, pending.fire.version)
+            {
                 self.metrics.fires.with_label_values(&["stale"]).inc();
                 self.acks.push(pending.fire.member);
                 continue;
@@ -364,7 +367,11 @@ impl Trigger {
 
     async fn flush_acks(&mut self) -> Result<(), StoreError> {
         if !self.gate.is_empty() {
-            let held = self.ready.values().map(|p| p.fire.timer_id.as_str()).collect();
+            let held = self
+                .ready
+                .values()
+                .map(|p| p.fire.timer_id.as_str())
+                .collect();
             self.gate.prune(&held);
         }
         while let Some(Some((p, r))) = self.sending.next().now_or_never() {

@@ -115,7 +115,10 @@ pub fn validate(
         Some(_) => {}
     }
     let def = |required: bool| -> Result<Option<TimerDef>, String> {
-        let Some(callback) = cmd.callback.clone().or_else(|| required.then(Callback::default))
+        let Some(callback) = cmd
+            .callback
+            .clone()
+            .or_else(|| required.then(Callback::default))
         else {
             return Ok(None);
         };
@@ -161,12 +164,10 @@ fn schedule_of(
     let cron = match kind {
         Some(CommandKind::CreateCron) => true,
         Some(_) => false,
-        None if cron_fields == once_fields => {
-            return Err(
-                "UPDATE needs the new schedule: cron (with its options) or at_ms/delay_ms, not both"
-                    .into(),
-            )
-        }
+        None if cron_fields == once_fields => return Err(
+            "UPDATE needs the new schedule: cron (with its options) or at_ms/delay_ms, not both"
+                .into(),
+        ),
         None => cron_fields,
     };
     if !cron {

@@ -255,9 +255,10 @@ impl Store {
             };
             let (schedule, def) = match &r.op {
                 Op::Create { schedule, def } => (Some(schedule), encode(def)?),
-                Op::Update { schedule, def } => {
-                    (Some(schedule), def.as_ref().map(encode).transpose()?.unwrap_or_default())
-                }
+                Op::Update { schedule, def } => (
+                    Some(schedule),
+                    def.as_ref().map(encode).transpose()?.unwrap_or_default(),
+                ),
                 _ => (None, vec![]),
             };
             let origin = match r.op {
@@ -266,10 +267,18 @@ impl Store {
             };
             match schedule {
                 Some(Schedule::Once { due_ms }) => {
-                    inv.arg("o").arg(due_ms).arg(def).arg("").arg("").arg("").arg("").arg("");
+                    inv.arg("o")
+                        .arg(due_ms)
+                        .arg(def)
+                        .arg("")
+                        .arg("")
+                        .arg("")
+                        .arg("")
+                        .arg("");
                 }
                 Some(Schedule::Cron { spec, first }) => {
-                    let sc = serde_json::to_string(spec).map_err(|e| StoreError::Reply(e.to_string()))?;
+                    let sc = serde_json::to_string(spec)
+                        .map_err(|e| StoreError::Reply(e.to_string()))?;
                     inv.arg("c")
                         .arg(first.dues.first().map(i64::to_string).unwrap_or_default())
                         .arg(def)
@@ -280,7 +289,14 @@ impl Store {
                         .arg(self.refill_at(first));
                 }
                 None => {
-                    inv.arg("").arg("").arg(def).arg("").arg("").arg("").arg("").arg("");
+                    inv.arg("")
+                        .arg("")
+                        .arg(def)
+                        .arg("")
+                        .arg("")
+                        .arg("")
+                        .arg("")
+                        .arg("");
                 }
             }
             inv.arg(origin);

@@ -449,3 +449,36 @@ pub fn cancel(timer_id: &str) -> TimerCommand {
         ..TimerCommand::new(CommandKind::Cancel, timer_id, &format!("cancel-{timer_id}"))
     }
 }
+
+/// A cron create command delivering `payload` raw, every occurrence of `cron` (UTC).
+pub fn cron(timer_id: &str, cron: &str, payload: &str) -> TimerCommand {
+    TimerCommand {
+        application: "test".into(),
+        cron: Some(cron.into()),
+        callback: Some(Callback {
+            payload: payload.as_bytes().to_vec(),
+            mode: ktimer::command::DeliveryMode::Raw,
+            ..Default::default()
+        }),
+        ..TimerCommand::new(
+            CommandKind::CreateCron,
+            timer_id,
+            &format!("req-{timer_id}"),
+        )
+    }
+}
+
+/// A command of `kind` (pause, resume, cancel...) for `timer_id`; `tag` makes the request id.
+pub fn lifecycle(kind: CommandKind, timer_id: &str, tag: &str) -> TimerCommand {
+    TimerCommand {
+        application: "test".into(),
+        ..TimerCommand::new(kind, timer_id, &format!("{tag}-{timer_id}"))
+    }
+}
+
+impl Fired {
+    /// The timer version in the fire id `timer_id/version/due_ms`.
+    pub fn version(&self) -> i64 {
+        self.fire_id.rsplit('/').nth(1).unwrap().parse().unwrap()
+    }
+}
