@@ -303,4 +303,83 @@ mod tests {
             .unwrap_err()
             .contains("differs"));
     }
+
+    fn cron_cmd(kind: CommandKind, expr: &str) -> TimerCommand {
+        TimerCommand {
+            cron: Some(expr.into()),
+            ..TimerCommand::new(kind, "t", "r")
+        }
+    }
+
+    #[test]
+    fn cron_and_lifecycle_commands() {
+        let l = Limits::default();
+        let now = 1_800_000_000_000; // a whole second
+        let v = |c: &TimerCommand| validate(c, Some(b"t"), now, now, &l);
+        match v(&cron_cmd(CommandKind::CreateCron, "*/5 * * * * *")) {
+            Ok(Op::Create {
+                schedule: Schedule::Cron { spec, first },
+                ..
+            }) => {
+                assert_eq!(spec.time_zone, "UTC");
+                assert_eq!(spec.misfire, MisfirePolicy::FireOnce);
+                // From the record's timestamp on (inclusive), an hour ahead.
+                assert_eq!(first.dues.first(), Some(&now));
+                assert_eq!(first.dues.len(), 721);
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = |c: TimerCommand| v(&c).unwrap_err();
+        assert!(err(cron_cmd(CommandKind::CreateCron, "nope")).contains("invalid cron"));
+        assert!(err(TimerCommand {
+            time_zone: Some("Europe/Nowhere".into()),
+            ..cron_cmd(CommandKind::CreateCron, "* * * * *")
+        })
+        .contains("unknown time zone"));
+        assert!(err(TimerCommand {
+            start_ms: Some(now + 10),
+            end_ms: Some(now),
+            ..cron_cmd(CommandKind::CreateCron, "* * * * *")
+        })
+        .contains("before start"));
+        assert!(err(TimerCommand {
+            end_ms: Some(now - 1),
+            ..cron_cmd(CommandKind::CreateCron, "* * * * *")
+        })
+        .contains("no occurrence"));
+        assert!(err(TimerCommand {
+            at_ms: Some(now),
+            ..cron_cmd(CommandKind::CreateCron, "* * * * *")
+        })
+        .contains("one-shot"));
+        assert!(err(TimerCommand {
+            misfire: Some(MisfirePolicy::Skip),
+            ..once(Some(now), None)
+        })
+        .contains("cron timers"));
+        assert!(err(TimerCommand::new(CommandKind::CreateCron, "t", "r")).contains("needs cron"));
+        // UPDATE takes one schedule, of either kind; the callback is optional.
+        assert!(err(TimerCommand::new(CommandKind::Update, "t", "r")).contains("UPDATE needs"));
+        assert!(matches!(
+            v(&cron_cmd(CommandKind::Update, "0 * * * * *")),
+            Ok(Op::Update {
+                schedule: Schedule::Cron { .. },
+                def: None
+            })
+        ));
+        assert!(matches!(
+            v(&TimerCommand {
+                kind: CommandKind::Update,
+                ..once(None, Some(5))
+            }),
+            Ok(Op::Update {
+                schedule: Schedule::Once { due_ms },
+                def: None
+            }) if due_ms == now + 5
+        ));
+        assert_eq!(
+            v(&TimerCommand::new(CommandKind::Resume, "t", "r")),
+            Ok(Op::Resume { origin_ms: now })
+        );
+    }
 }
