@@ -306,3 +306,30 @@ fn bad_schedules_are_rejected_with_a_reason() {
     s.max_fires = Some(0);
     assert!(err(s).contains("max_fires"));
 }
+
+#[test]
+fn both_day_fields_must_match_and_shorthands_parse() {
+    // Friday the 13th, 2026: February, March and November.
+    assert_eq!(
+        between(
+            "0 0 12 13 * Fri",
+            "UTC",
+            "2026-01-01T00:00:00Z",
+            "2026-12-31T00:00:00Z"
+        ),
+        [
+            "2026-02-13T12:00:00Z",
+            "2026-03-13T12:00:00Z",
+            "2026-11-13T12:00:00Z"
+        ]
+    );
+    assert_eq!(
+        between(
+            "@daily",
+            "Asia/Shanghai",
+            "2026-01-01T00:00:00Z",
+            "2026-01-02T00:00:00Z"
+        ),
+        ["2026-01-01T16:00:00Z"]
+    );
+}
