@@ -70,6 +70,7 @@ async fn timer(State(s): State<Arc<AdminState>>, Path(id): Path<String>) -> Resp
                         .get(k)
                         .map(|v| String::from_utf8_lossy(v).into_owned())
                 };
+                let num = |k: &str| text(k).and_then(|v| v.parse::<i64>().ok());
                 let def = fields
                     .get("d")
                     .and_then(|d| crate::codec::decode_stored(d).ok());
@@ -83,6 +84,11 @@ async fn timer(State(s): State<Arc<AdminState>>, Path(id): Path<String>) -> Resp
                     "application": def.as_ref().map(|d| d.application.clone()),
                     "callback_topic": def.as_ref().and_then(|d| d.callback.topic.clone()),
                     "payload_bytes": def.as_ref().map(|d| d.callback.payload.len()),
+                    "kind": if text("k").as_deref() == Some("c") { "CRON" } else { "ONCE" },
+                    "schedule": text("sc").and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok()),
+                    "fires": num("n"),
+                    "last_fired_due_ms": num("last"),
+                    "materialised_through_ms": num("hz"),
                 });
                 return Json(body).into_response();
             }

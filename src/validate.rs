@@ -67,6 +67,8 @@ pub enum Schedule {
         spec: CronSpec,
         /// The occurrences to materialise now.
         first: Occurrences,
+        /// The first occurrence, also when it lies beyond the window.
+        next_ms: Option<i64>,
     },
 }
 
@@ -75,7 +77,7 @@ impl Schedule {
     pub fn first_due(&self) -> Option<i64> {
         match self {
             Schedule::Once { due_ms } => Some(*due_ms),
-            Schedule::Cron { first, .. } => first.dues.first().copied(),
+            Schedule::Cron { next_ms, .. } => *next_ms,
         }
     }
 }
@@ -206,7 +208,16 @@ fn schedule_of(
             after + 1
         ));
     }
-    Ok(Schedule::Cron { spec, first })
+    const CENTURY_MS: i64 = 100 * 366 * 86_400_000;
+    let next_ms = first.dues.first().copied().or_else(|| {
+        let later = compiled.occurrences(first.covered_ms, first.covered_ms + CENTURY_MS, 1);
+        later.dues.first().copied()
+    });
+    Ok(Schedule::Cron {
+        spec,
+        first,
+        next_ms,
+    })
 }
 
 fn due_of(cmd: &TimerCommand, record_ts_ms: i64) -> Result<i64, String> {
@@ -318,7 +329,7 @@ mod tests {
         let v = |c: &TimerCommand| validate(c, Some(b"t"), now, now, &l);
         match v(&cron_cmd(CommandKind::CreateCron, "*/5 * * * * *")) {
             Ok(Op::Create {
-                schedule: Schedule::Cron { spec, first },
+                schedule: Schedule::Cron { spec, first, .. },
                 ..
             }) => {
                 assert_eq!(spec.time_zone, "UTC");

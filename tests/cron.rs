@@ -84,6 +84,24 @@ async fn a_cron_timer_fires_on_schedule_for_several_periods() {
         assert_eq!(f.payload, b"tick");
         assert_on_time(f);
     }
+
+    // max_fires ends the timer: two fires, then nothing.
+    let limited = TimerCommand {
+        max_fires: Some(2),
+        ..cron("c-max", "* * * * * *", "max")
+    };
+    let r = command(&env, &mut got, &limited).await;
+    assert_eq!(r.outcome, Outcome::Accepted, "{r:?}");
+    let fires = until_sentinel(&env, &mut got, "max", 4_500).await;
+    let n = fires.iter().filter(|f| f.timer_id == "c-max").count();
+    assert_eq!(n, 2, "{fires:?}");
+    let again = command(
+        &env,
+        &mut got,
+        &lifecycle(CommandKind::Pause, "c-max", "pause"),
+    )
+    .await;
+    assert_eq!(again.state.as_deref(), Some("COMPLETED"), "{again:?}");
     svc.stop().await;
 }
 

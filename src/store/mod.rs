@@ -276,11 +276,15 @@ impl Store {
                         .arg("")
                         .arg("");
                 }
-                Some(Schedule::Cron { spec, first }) => {
+                Some(Schedule::Cron {
+                    spec,
+                    first,
+                    next_ms,
+                }) => {
                     let sc = serde_json::to_string(spec)
                         .map_err(|e| StoreError::Reply(e.to_string()))?;
                     inv.arg("c")
-                        .arg(first.dues.first().map(i64::to_string).unwrap_or_default())
+                        .arg(next_ms.map(|d| d.to_string()).unwrap_or_default())
                         .arg(def)
                         .arg(sc)
                         .arg(misfire_code(spec.misfire))
