@@ -21,7 +21,7 @@ use crate::command::MisfirePolicy;
 use crate::schedule::{CronSpec, Occurrences};
 use crate::validate::{Op, Schedule, TimerDef};
 use redis::aio::ConnectionManager;
-use redis::{Pipeline, Script};
+use redis::{Pipeline, Script, ScriptInvocation};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -203,6 +203,32 @@ impl Store {
         }
     }
 
+    /// Runs one script that answers a count, or -1 when `partition` is fenced.
+    async fn counted(&self, partition: i32, inv: &ScriptInvocation<'_>) -> Result<i64, StoreError> {
+        let mut p = redis::pipe();
+        p.invoke_script(inv);
+        let (n,): (i64,) = self.run(&p).await?;
+        if n < 0 {
+            return Err(StoreError::Fenced(partition));
+        }
+        Ok(n)
+    }
+
+    /// Runs one script that answers a list, or `{'fenced'}` when `partition` is fenced.
+    async fn listed<T: redis::FromRedisValue + AsRef<[u8]>>(
+        &self,
+        partition: i32,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut p = redis::pipe();
+        p.invoke_script(inv);
+        let (reply,): (Vec<T>,) = self.run(&p).await?;
+        if reply.first().map(|h| h.as_ref()) == Some(&b"fenced"[..]) {
+            return Err(StoreError::Fenced(partition));
+        }
+        Ok(reply)
+    }
+
     /// The key names of `partition`.
     pub fn keys(&self, partition: i32) -> Keys {
         Keys {
@@ -341,12 +367,7 @@ impl Store {
             .arg(now_ms)
             .arg(limit)
             .arg(k.timer_prefix());
-        let mut p = redis::pipe();
-        p.invoke_script(&inv);
-        let (reply,): (Vec<String>,) = self.run(&p).await?;
-        if reply.first().map(String::as_str) == Some("fenced") {
-            return Err(StoreError::Fenced(partition));
-        }
+        let reply: Vec<String> = self.listed(partition, &inv).await?;
         let mut out = Vec::with_capacity(reply.len() / 4);
         for c in reply.chunks_exact(4) {
             let bad = || StoreError::Reply(format!("cron_due returned {c:?}"));
@@ -387,13 +408,7 @@ impl Store {
                 inv.arg(d);
             }
         }
-        let mut p = redis::pipe();
-        p.invoke_script(&inv);
-        let (n,): (i64,) = self.run(&p).await?;
-        if n < 0 {
-            return Err(StoreError::Fenced(partition));
-        }
-        Ok(n)
+        self.counted(partition, &inv).await
     }
 
     /// Claims up to `limit` fires of `partition` due at or before `upto_ms`.
@@ -421,14 +436,9 @@ impl Store {
             .arg(missed_before_ms)
             .arg(crate::now_ms())
             .arg(self.retention_ms);
-        let mut p = redis::pipe();
-        p.invoke_script(&inv);
-        let (reply,): (Vec<Vec<u8>>,) = self.run(&p).await?;
+        let reply: Vec<Vec<u8>> = self.listed(partition, &inv).await?;
         let mut it = reply.into_iter();
         let head = it.next().unwrap_or_default();
-        if head == b"fenced" {
-            return Err(StoreError::Fenced(partition));
-        }
         let next_due_ms = std::str::from_utf8(&head)
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
@@ -457,12 +467,7 @@ impl Store {
             .arg(missed_before_ms)
             .arg(crate::now_ms())
             .arg(self.retention_ms);
-        let mut p = redis::pipe();
-        p.invoke_script(&inv);
-        let (reply,): (Vec<Vec<u8>>,) = self.run(&p).await?;
-        if reply.first().map(|h| h.as_slice()) == Some(b"fenced") {
-            return Err(StoreError::Fenced(partition));
-        }
+        let reply: Vec<Vec<u8>> = self.listed(partition, &inv).await?;
         parse_fires(reply.into_iter())
     }
 
@@ -484,13 +489,7 @@ impl Store {
         for m in members {
             inv.arg(m);
         }
-        let mut p = redis::pipe();
-        p.invoke_script(&inv);
-        let (n,): (i64,) = self.run(&p).await?;
-        if n < 0 {
-            return Err(StoreError::Fenced(partition));
-        }
-        Ok(n)
+        self.counted(partition, &inv).await
     }
 
     /// Reads a timer's fields (for look-up); empty when unknown.
