@@ -97,7 +97,7 @@ impl Gate {
 
     fn blocks(&self, timer_id: &str, version: i64) -> bool {
         let b = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
-        !b.is_empty() && b.get(timer_id).is_some_and(|&v| version < v)
+        b.get(timer_id).is_some_and(|&v| version < v)
     }
 
     /// Forgets entries of timers the trigger holds no fire of. Claims that ran before a
@@ -159,6 +159,7 @@ pub fn spawn(
             .with_label_values(&[&partition.to_string()]),
         delivered: metrics.fires.with_label_values(&["delivered"]),
         retried: metrics.fires.with_label_values(&["retried"]),
+        stale: metrics.fires.with_label_values(&["stale"]),
         partition,
         epoch,
         store,
@@ -202,6 +203,7 @@ struct Trigger {
     in_flight: IntGauge,
     delivered: IntCounter,
     retried: IntCounter,
+    stale: IntCounter,
 }
 
 impl Trigger {
@@ -322,7 +324,7 @@ impl Trigger {
                 .gate
                 .blocks(&pending.fire.timer_id, pending.fire.version)
             {
-                self.metrics.fires.with_label_values(&["stale"]).inc();
+                self.stale.inc();
                 self.acks.push(pending.fire.member);
                 continue;
             }
