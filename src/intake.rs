@@ -6,15 +6,17 @@
 //! then store the offsets for the next commit. A crash anywhere in between replays the
 //! batch, which the scripts make harmless.
 //!
-//! Partition assignment drives the triggers: on assignment the instance bumps the
-//! partition's epoch in Redis (fencing the previous owner) and starts its trigger; on
-//! revocation it stops it.
+//! Partition assignment drives the triggers: on assignment the instance moves the
+//! partition's epoch in Redis (fencing the previous owner) and starts its trigger and
+//! migrator; on revocation it stops them. Every second it checks Redis still holds what
+//! it wrote (see [`crate::ownership`]) and replays from Kafka when Redis lost data.
 
 use crate::codec::{Codec, CodecError};
 use crate::command::{CommandResult, Outcome, TimerCommand};
 use crate::metrics::Metrics;
 use crate::migrator::{self, MigratorHandle};
 use crate::now_ms;
+use crate::ownership::{verdict, IntakeContext, RebalanceEvent, Verdict};
 use crate::retry;
 use crate::shutdown::CancellationToken;
 use crate::sink::{delivered, Sink, SinkError};
@@ -22,62 +24,23 @@ use crate::store::{Applied, ApplyRequest, Store, StoreError};
 use crate::trigger::{self, TriggerConfig, TriggerHandle};
 use crate::validate::{validate, Limits, Op};
 use futures::StreamExt;
-use rdkafka::consumer::{
-    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
-};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
-use rdkafka::ClientContext;
+use rdkafka::Offset;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
-/// A change of this instance's partitions, reported by the consumer's rebalance callback.
-#[derive(Debug)]
-pub enum RebalanceEvent {
-    /// These partitions are now ours.
-    Assigned(Vec<i32>),
-    /// These partitions are no longer ours.
-    Revoked(Vec<i32>),
-}
-
-/// Consumer context forwarding rebalances to the intake loop.
-pub struct IntakeContext {
-    tx: mpsc::UnboundedSender<RebalanceEvent>,
-}
-
-impl ClientContext for IntakeContext {}
-
-impl ConsumerContext for IntakeContext {
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, r: &Rebalance<'_>) {
-        let parts = |tpl: &rdkafka::TopicPartitionList| {
-            tpl.elements()
-                .iter()
-                .map(|e| e.partition())
-                .collect::<Vec<_>>()
-        };
-        let ev = match r {
-            Rebalance::Assign(tpl) => RebalanceEvent::Assigned(parts(tpl)),
-            Rebalance::Revoke(tpl) => RebalanceEvent::Revoked(parts(tpl)),
-            Rebalance::Error(e) => {
-                tracing::warn!(error = %e, "rebalance error");
-                return;
-            }
-        };
-        let _ = self.tx.send(ev);
-    }
-}
-
-/// Creates the consumer context and the receiver of its rebalance events.
-pub fn context() -> (IntakeContext, mpsc::UnboundedReceiver<RebalanceEvent>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (IntakeContext { tx }, rx)
-}
-
 /// A partition this instance owns: its epoch, trigger and migrator.
 struct Owned {
     epoch: i64,
+    /// The highest offset handled (and marked in Redis) since this instance owns it.
+    handled: Option<i64>,
+    /// A seek back that librdkafka refused so far; records of the partition are skipped
+    /// (not applied, not answered, offsets not stored) until it succeeds.
+    seek: Option<Offset>,
     trigger: TriggerHandle,
     migrator: MigratorHandle,
 }
@@ -132,11 +95,17 @@ impl Intake {
         let consumer = self.consumer.clone();
         let mut stream = consumer.stream().ready_chunks(self.batch);
         let mut owned: HashMap<i32, Owned> = HashMap::new();
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
                 _ = self.token.cancelled() => break,
                 Some(ev) = self.events.recv() => self.rebalance(ev, &mut owned).await,
+                _ = tick.tick() => {
+                    let parts: Vec<i32> = owned.keys().copied().collect();
+                    let _ = self.check(&parts, &mut owned).await;
+                }
                 Some(chunk) = stream.next() => {
                     while let Ok(ev) = self.events.try_recv() {
                         self.rebalance(ev, &mut owned).await;
@@ -155,8 +124,7 @@ impl Intake {
         for (_, o) in owned.drain() {
             o.stop().await;
         }
-        self.metrics.owned_partitions.set(0);
-        self.status.send_modify(|s| s.owned.clear());
+        self.published(&owned);
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::warn!(error = %e, "final offset commit failed");
         }
@@ -168,34 +136,8 @@ impl Intake {
         match ev {
             RebalanceEvent::Assigned(ps) => {
                 for p in ps {
-                    let Some(epoch) = self.retry("acquire", || self.store.acquire(p)).await else {
+                    if !self.own(p, owned).await {
                         return;
-                    };
-                    let trigger = trigger::spawn(
-                        p,
-                        epoch,
-                        self.store.clone(),
-                        self.sink.clone(),
-                        self.metrics.clone(),
-                        self.trigger.clone(),
-                        self.token.child_token(),
-                    );
-                    let migrator = migrator::spawn(
-                        p,
-                        epoch,
-                        self.store.clone(),
-                        self.limits.plan,
-                        trigger.wake.clone(),
-                        self.metrics.clone(),
-                        self.token.child_token(),
-                    );
-                    let o = Owned {
-                        epoch,
-                        trigger,
-                        migrator,
-                    };
-                    if let Some(old) = owned.insert(p, o) {
-                        old.stop().await;
                     }
                 }
                 tracing::info!(partitions = ?owned.keys().collect::<Vec<_>>(), "assigned");
@@ -209,6 +151,49 @@ impl Intake {
                 tracing::info!(partitions = ?owned.keys().collect::<Vec<_>>(), "revoked");
             }
         }
+        self.published(owned);
+    }
+
+    /// Takes partition `p`: a new epoch, a trigger and a migrator (replacing old ones).
+    /// `false` only on shutdown.
+    async fn own(&self, p: i32, owned: &mut HashMap<i32, Owned>) -> bool {
+        if let Some(old) = owned.remove(&p) {
+            old.stop().await;
+        }
+        let Some(epoch) = self.retry("acquire", || self.store.acquire(p)).await else {
+            return false;
+        };
+        let trigger = trigger::spawn(
+            p,
+            epoch,
+            self.store.clone(),
+            self.sink.clone(),
+            self.metrics.clone(),
+            self.trigger.clone(),
+            self.token.child_token(),
+        );
+        let migrator = migrator::spawn(
+            p,
+            epoch,
+            self.store.clone(),
+            self.limits.plan,
+            trigger.wake.clone(),
+            self.metrics.clone(),
+            self.token.child_token(),
+        );
+        let o = Owned {
+            epoch,
+            handled: None,
+            seek: None,
+            trigger,
+            migrator,
+        };
+        owned.insert(p, o);
+        true
+    }
+
+    /// Publishes the owned partitions (metrics, status).
+    fn published(&self, owned: &HashMap<i32, Owned>) {
         self.metrics.owned_partitions.set(owned.len() as i64);
         let mut parts: Vec<i32> = owned.keys().copied().collect();
         parts.sort_unstable();
@@ -216,6 +201,84 @@ impl Intake {
             s.joined = true;
             s.owned = parts;
         });
+    }
+
+    /// Checks that Redis still holds what this instance wrote for `parts`: drops the
+    /// partitions another instance took, and replays from Kafka where Redis lost data.
+    /// Returns the partitions found as this instance left them.
+    async fn check(&self, parts: &[i32], owned: &mut HashMap<i32, Owned>) -> Vec<i32> {
+        let mut changed = false;
+        let mut held = Vec::new();
+        for &p in parts {
+            let Some(o) = owned.get_mut(&p) else {
+                continue;
+            };
+            if let Some(to) = o.seek {
+                self.seek(p, to, owned);
+                continue;
+            }
+            let state = match self.store.partition_state(p).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(partition = p, error = %e, "ownership check skipped");
+                    continue;
+                }
+            };
+            match verdict(o.epoch, o.handled, state) {
+                Verdict::Held => held.push(p),
+                Verdict::Fenced => {
+                    tracing::warn!(partition = p, "fenced: another instance took the partition");
+                    if let Some(o) = owned.remove(&p) {
+                        o.stop().await;
+                    }
+                    changed = true;
+                }
+                Verdict::Behind(to) => {
+                    tracing::warn!(partition = p, handled = ?o.handled, redis = ?state.applied,
+                        "redis lost commands it had applied: replaying them");
+                    self.metrics.replays.inc();
+                    self.seek(p, to, owned);
+                }
+                Verdict::Lost(to) => {
+                    tracing::warn!(partition = p, ?state,
+                        "redis lost the partition (emptied or restored): new epoch, replaying commands");
+                    self.metrics.replays.inc();
+                    if !self.own(p, owned).await {
+                        return held;
+                    }
+                    self.seek(p, to, owned);
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.published(owned);
+        }
+        held
+    }
+
+    /// Moves the consumer of `p` back to `to`; if librdkafka refuses for now, records of
+    /// `p` are skipped until a later check succeeds.
+    fn seek(&self, p: i32, to: Offset, owned: &mut HashMap<i32, Owned>) {
+        let Some(o) = owned.get_mut(&p) else {
+            return;
+        };
+        match self
+            .consumer
+            .seek(&self.topic, p, to, std::time::Duration::from_secs(5))
+        {
+            Ok(()) => {
+                o.seek = None;
+                o.handled = match to {
+                    Offset::Offset(n) => Some(n - 1),
+                    _ => None,
+                };
+            }
+            Err(e) => {
+                tracing::warn!(partition = p, error = %e, "seek refused; retrying in a second");
+                o.seek = Some(to);
+            }
+        }
     }
 
     /// Retries a Redis call until it succeeds; `None` only on shutdown. Errors that are
@@ -253,7 +316,8 @@ impl Intake {
         let mut handled = Vec::with_capacity(msgs.len());
         let mut requests = Vec::new();
         let mut slots = Vec::new();
-        for m in msgs.iter().filter(|m| owned.contains_key(&m.partition())) {
+        let live = |m: &&OwnedMessage| owned.get(&m.partition()).is_some_and(|o| o.seek.is_none());
+        for m in msgs.iter().filter(live) {
             let epoch = owned[&m.partition()].epoch;
             let key = m.key().map(<[u8]>::to_vec);
             let payload = m.payload().unwrap_or_default();
@@ -319,13 +383,39 @@ impl Intake {
             self.notify(owned, req, &a);
             fill(&mut handled[slot].result, a);
         }
-        for p in &fenced {
-            if let Some(o) = owned.remove(p) {
-                tracing::warn!(partition = p, "fenced: another instance took the partition");
-                o.stop().await;
+        let mut marks: Vec<(i32, i64, i64)> = Vec::new();
+        for h in &handled {
+            match marks.iter_mut().find(|m| m.0 == h.partition) {
+                Some(m) => m.2 = m.2.max(h.offset),
+                None => marks.push((h.partition, owned[&h.partition].epoch, h.offset)),
             }
         }
-        handled.retain(|h| !fenced.contains(&h.partition));
+        marks.retain(|m| !fenced.contains(&m.0));
+        let Some(moved) = self.retry("mark", || self.store.mark_handled(&marks)).await else {
+            return;
+        };
+        fenced.extend(moved);
+        fenced.sort_unstable();
+        fenced.dedup();
+        for (p, _, off) in &marks {
+            if let (Some(o), false) = (owned.get_mut(p), fenced.contains(p)) {
+                o.handled = Some(*off);
+            }
+        }
+        if !fenced.is_empty() {
+            // Another owner, or Redis lost data: the check decides; these records are
+            // not answered and their offsets not stored (they are replayed or the new
+            // owner handles them).
+            let first = |p: i32| handled.iter().find(|h| h.partition == p).map(|h| h.offset);
+            let firsts: Vec<(i32, Option<i64>)> = fenced.iter().map(|&p| (p, first(p))).collect();
+            let held = self.check(&fenced, owned).await;
+            for (p, off) in firsts {
+                if let (true, Some(off)) = (held.contains(&p), off) {
+                    self.seek(p, Offset::Offset(off), owned);
+                }
+            }
+            handled.retain(|h| !fenced.contains(&h.partition));
+        }
         // After the store applied the commands and the triggers' gates were closed: a
         // fire of an older version carries a fired_ms at or before this.
         let applied_at = now_ms();

@@ -10,6 +10,7 @@
 //! - [`schedule`]: cron expressions, time zones, DST rules, misfire planning.
 //! - [`codec`]: Confluent Avro, Avro single-object and JSON encodings.
 //! - [`intake`]: consumes commands, applies them, answers each, commits offsets after.
+//! - [`ownership`]: partition assignment, fencing epochs, replay when Redis lost data.
 //! - [`store`]: Redis keys, minute slices and the Lua scripts (`src/store/*.lua`).
 //! - [`trigger`]: one task per owned partition, firing timers at the due millisecond.
 //! - [`migrator`]: one task per owned partition, materialising cron occurrences ahead.
@@ -33,6 +34,7 @@ pub mod config;
 pub mod intake;
 pub mod metrics;
 pub mod migrator;
+pub mod ownership;
 pub mod retry;
 pub mod schedule;
 pub mod service;

@@ -3,8 +3,8 @@
 //! Labels are bounded: `outcome`, `partition`, `op`; never a timer id.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// The service's metrics and the registry that exposes them.
@@ -23,6 +23,8 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     /// Redis calls that failed, by `op`.
     pub redis_errors: IntCounterVec,
+    /// Times Redis was found to have lost data and commands were replayed from Kafka.
+    pub replays: IntCounter,
 }
 
 impl Metrics {
@@ -68,8 +70,14 @@ impl Metrics {
             &["op"],
         )
         .expect("metric");
+        let replays = IntCounter::new(
+            "redis_replays_total",
+            "Times Redis had lost data and commands were replayed from Kafka",
+        )
+        .expect("metric");
         for c in [
-            Box::new(commands.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(replays.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(commands.clone()),
             Box::new(fires.clone()),
             Box::new(fire_lateness.clone()),
             Box::new(owned_partitions.clone()),
@@ -86,6 +94,7 @@ impl Metrics {
             owned_partitions,
             in_flight,
             redis_errors,
+            replays,
         }
     }
 

@@ -3,8 +3,9 @@
 use crate::admin::{self, AdminState};
 use crate::codec::Codec;
 use crate::config::{KafkaArgs, RunArgs};
-use crate::intake::{self, Intake};
+use crate::intake::Intake;
 use crate::metrics::Metrics;
+use crate::ownership::{self, IntakeContext};
 use crate::retry;
 use crate::schedule::PlanConfig;
 use crate::shutdown::CancellationToken;
@@ -67,7 +68,7 @@ pub async fn run(
             dead_letter: k.dead_letter_topic.clone(),
         },
     )?);
-    let (ctx, events) = intake::context();
+    let (ctx, events) = ownership::context(store.clone(), &k.commands_topic);
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", &k.brokers)
         .set("group.id", &args.group_id)
@@ -80,7 +81,7 @@ pub async fn run(
     for (key, v) in &k.kafka_options {
         cfg.set(key, v);
     }
-    let consumer: Arc<StreamConsumer<intake::IntakeContext>> = Arc::new(
+    let consumer: Arc<StreamConsumer<IntakeContext>> = Arc::new(
         cfg.create_with_context(ctx)
             .context("creating the consumer")?,
     );

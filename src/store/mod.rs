@@ -10,8 +10,8 @@
 //! | `PREFIX:{topic:p}:idx` | zset | the minutes whose slice is not empty |
 //! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker |
 //! | `PREFIX:{topic:p}:cron` | zset | scheduled cron timers, scored by when their window must be extended |
-//! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset applied |
-//! | `PREFIX:{topic:p}:epoch` | string | bumped by each new owner; every script checks it (fencing) |
+//! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset handled (written with every apply); behind the committed offset means Redis lost data |
+//! | `PREFIX:{topic:p}:epoch` | string | moved by each new owner past every earlier epoch; every script checks it (fencing) |
 //!
 //! The scripts are in `src/store/*.lua`, loaded into Redis once at start (and again only
 //! if Redis lost them).
@@ -65,6 +65,8 @@ struct Scripts {
     recover: Script,
     cron_due: Script,
     materialize: Script,
+    acquire: Script,
+    mark: Script,
 }
 
 /// The key names of one partition.
@@ -145,6 +147,8 @@ pub struct Claimed {
 #[derive(Clone)]
 pub struct Store {
     conn: ConnectionManager,
+    /// For the few blocking calls made from librdkafka's rebalance callback.
+    client: redis::Client,
     scripts: std::sync::Arc<Scripts>,
     prefix: String,
     topic: String,
@@ -160,7 +164,7 @@ impl Store {
         retention_ms: i64,
     ) -> Result<Store, StoreError> {
         let client = redis::Client::open(url)?;
-        let conn = ConnectionManager::new(client).await?;
+        let conn = ConnectionManager::new(client.clone()).await?;
         let store = Store {
             conn,
             scripts: std::sync::Arc::new(Scripts {
@@ -170,7 +174,10 @@ impl Store {
                 recover: Script::new(&[MISFIRE, include_str!("recover.lua")].concat()),
                 cron_due: Script::new(include_str!("cron_due.lua")),
                 materialize: Script::new(include_str!("materialize.lua")),
+                acquire: Script::new(include_str!("acquire.lua")),
+                mark: Script::new(include_str!("mark.lua")),
             }),
+            client,
             prefix: prefix.to_string(),
             topic: topic.to_string(),
             retention_ms,
@@ -187,7 +194,9 @@ impl Store {
             .load_script(&s.ack)
             .load_script(&s.recover)
             .load_script(&s.cron_due)
-            .load_script(&s.materialize);
+            .load_script(&s.materialize)
+            .load_script(&s.acquire)
+            .load_script(&s.mark);
         let _: Vec<String> = p.query_async(&mut self.conn.clone()).await?;
         Ok(())
     }
@@ -236,22 +245,43 @@ impl Store {
         }
     }
 
-    /// Takes ownership of `partition`: bumps and returns its epoch, fencing the previous owner.
+    /// Takes ownership of `partition`: moves its epoch past every epoch handed out before
+    /// (even before Redis lost its data), fencing the previous owner. Returns the new epoch.
     pub async fn acquire(&self, partition: i32) -> Result<i64, StoreError> {
         let k = self.keys(partition);
-        Ok(redis::cmd("INCR")
-            .arg(k.key("epoch"))
-            .query_async(&mut self.conn.clone())
-            .await?)
+        let mut inv = self.scripts.acquire.prepare_invoke();
+        inv.key(k.key("epoch")).arg(crate::now_ms());
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (epoch,): (i64,) = self.run(&p).await?;
+        Ok(epoch)
     }
 
-    /// The highest commands-topic offset applied to `partition`, if any.
-    pub async fn applied_offset(&self, partition: i32) -> Result<Option<i64>, StoreError> {
+    /// What Redis holds about `partition`'s ownership: its epoch and applied offset.
+    pub async fn partition_state(&self, partition: i32) -> Result<PartitionState, StoreError> {
         let k = self.keys(partition);
-        Ok(redis::cmd("GET")
-            .arg(k.key("offset"))
+        let (epoch, applied): (Option<i64>, Option<i64>) = redis::pipe()
+            .get(k.key("epoch"))
+            .get(k.key("offset"))
             .query_async(&mut self.conn.clone())
-            .await?)
+            .await?;
+        Ok(PartitionState { epoch, applied })
+    }
+
+    /// The applied offsets of `partitions`, read with a blocking connection (for
+    /// librdkafka's rebalance callback, which cannot await).
+    pub fn applied_offsets_blocking(
+        &self,
+        partitions: &[i32],
+        timeout: std::time::Duration,
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        let mut conn = self.client.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        let mut p = redis::pipe();
+        for &part in partitions {
+            p.get(self.keys(part).key("offset"));
+        }
+        Ok(p.query(&mut conn)?)
     }
 
     /// Applies commands in one pipeline (per-partition order is kept).
@@ -339,6 +369,32 @@ impl Store {
         }
         let rows: Vec<Vec<String>> = self.run(&p).await?;
         rows.into_iter().map(parse_applied).collect()
+    }
+
+    /// Records, per partition, the highest offset handled (applied or rejected) under
+    /// its epoch; `marks` are `(partition, epoch, offset)`. Returns the partitions whose
+    /// epoch moved (nothing was recorded for them).
+    pub async fn mark_handled(&self, marks: &[(i32, i64, i64)]) -> Result<Vec<i32>, StoreError> {
+        if marks.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut p = redis::pipe();
+        for &(partition, epoch, offset) in marks {
+            let k = self.keys(partition);
+            let mut inv = self.scripts.mark.prepare_invoke();
+            inv.key(k.key("epoch"))
+                .key(k.key("offset"))
+                .arg(epoch)
+                .arg(offset);
+            p.invoke_script(&inv);
+        }
+        let codes: Vec<i64> = self.run(&p).await?;
+        Ok(marks
+            .iter()
+            .zip(codes)
+            .filter(|(_, c)| *c < 0)
+            .map(|(m, _)| m.0)
+            .collect())
     }
 
     /// When the migrator must extend a window materialised up to `o.covered_ms`: halfway
@@ -504,6 +560,15 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await?)
     }
+}
+
+/// What Redis holds about a partition's ownership.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartitionState {
+    /// The current owner's epoch; `None` when Redis has no record of the partition.
+    pub epoch: Option<i64>,
+    /// The highest commands-topic offset handled; `None` when none was (or Redis lost it).
+    pub applied: Option<i64>,
 }
 
 /// A cron timer whose materialised window must be extended.
