@@ -89,6 +89,9 @@ async fn timer(State(s): State<Arc<AdminState>>, Path(id): Path<String>) -> Resp
                     "fires": num("n"),
                     "last_fired_due_ms": num("last"),
                     "materialised_through_ms": num("hz"),
+                    "dead_letters": num("dl"),
+                    "last_dead_letter_due_ms": num("dlr"),
+                    "last_dead_letter_reason": text("dlx"),
                 });
                 return Json(body).into_response();
             }

@@ -56,7 +56,8 @@ pub struct KafkaArgs {
     /// Default callback topic of fired timers.
     #[arg(long, env = "KTIMER_FIRED_TOPIC", default_value = "ktimer.fired")]
     pub fired_topic: String,
-    /// Topic for commands that cannot be decoded (a copy, with the reason in a header).
+    /// Topic for commands that cannot be decoded and fires that cannot be delivered (a
+    /// copy, with the reason in the `ktimer-reason` header).
     #[arg(
         long,
         env = "KTIMER_DEAD_LETTER_TOPIC",
@@ -120,6 +121,15 @@ pub struct RunArgs {
     /// Largest delivery retry delay.
     #[arg(long, env = "KTIMER_RETRY_MAX_MS", default_value_t = 30_000)]
     pub retry_max_ms: i64,
+    /// Delivery attempts of a fire before it goes to the dead-letter topic with the
+    /// reason (one-shot timers then show state DEAD_LETTERED). With the default backoff,
+    /// 10 attempts span about a minute.
+    #[arg(long, env = "KTIMER_MAX_DELIVERY_ATTEMPTS", default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..))]
+    pub max_delivery_attempts: i32,
+    /// On SIGTERM/SIGINT, the longest the drain may take (stop claiming, finish in-flight
+    /// deliveries, commit offsets, leave the group) before the process exits anyway.
+    #[arg(long, env = "KTIMER_SHUTDOWN_TIMEOUT_MS", default_value_t = 15_000)]
+    pub shutdown_timeout_ms: u64,
     /// Cron occurrences are materialised into Redis this far ahead (ms).
     #[arg(long, env = "KTIMER_CRON_WINDOW_MS", default_value_t = 3_600_000)]
     pub cron_window_ms: i64,

@@ -15,7 +15,15 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Run(args) => {
             let (status, _) = tokio::sync::watch::channel(service::Status::default());
-            service::run(args, shutdown::on_signals(), status).await
+            let token = shutdown::on_signals();
+            let deadline = std::time::Duration::from_millis(args.shutdown_timeout_ms);
+            let run = service::run(args, token.clone(), status);
+            match shutdown::within_deadline(run, &token, deadline).await {
+                Some(r) => r,
+                None => anyhow::bail!(
+                    "the drain took longer than {deadline:?}; exiting (unfinished fires stay in flight for the next owner)"
+                ),
+            }
         }
         Command::Topics(TopicsCommand::Apply(args)) => apply_topics(args).await,
         Command::Send(args) => client::send(args).await,

@@ -127,6 +127,7 @@ pub async fn run(
             max_idle_ms: args.max_idle_ms,
             retry_base_ms: args.retry_base_ms,
             retry_max_ms: args.retry_max_ms,
+            max_attempts: args.max_delivery_attempts,
             misfire_threshold_ms: args.misfire_threshold_ms,
         },
         batch: args.intake_batch,

@@ -20,3 +20,22 @@ pub fn on_signals() -> CancellationToken {
     });
     token
 }
+
+/// Runs `work` (which drains once `token` is cancelled) but gives up `deadline` after
+/// the cancellation: returns `None` then. What was not finished is safe: unacknowledged
+/// fires stay in flight in Redis and uncommitted commands are consumed again by the next
+/// owner.
+pub async fn within_deadline<T>(
+    work: impl std::future::Future<Output = T>,
+    token: &CancellationToken,
+    deadline: std::time::Duration,
+) -> Option<T> {
+    tokio::pin!(work);
+    tokio::select! {
+        r = &mut work => Some(r),
+        _ = async {
+            token.cancelled().await;
+            tokio::time::sleep(deadline).await;
+        } => None,
+    }
+}

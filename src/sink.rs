@@ -111,19 +111,62 @@ impl Sink {
         })
     }
 
-    /// Enqueues the record of `fire` (attempt `attempt`, produced at `fired_ms`).
+    /// Enqueues the record of `fire` (attempt `attempt`, produced at `fired_ms`) to its
+    /// callback topic.
     pub async fn send_fire(
         &self,
         fire: &Fire,
         attempt: i32,
         fired_ms: i64,
     ) -> Result<DeliveryFuture, SinkError> {
+        let r = self.fire_record(fire, attempt, fired_ms).await?;
+        let rec = FutureRecord::to(&r.topic)
+            .key(r.key.as_slice())
+            .payload(r.value.as_slice())
+            .headers(r.headers);
+        self.enqueue(rec).await
+    }
+
+    /// Enqueues the record of `fire` to the dead-letter topic instead, with `reason` and
+    /// the callback topic it was meant for in headers. If the record itself is what the
+    /// broker refuses (too large), its value is left out (the timer's definition stays in
+    /// Redis for the retention time).
+    pub async fn send_fire_dead_letter(
+        &self,
+        fire: &Fire,
+        attempt: i32,
+        fired_ms: i64,
+        reason: &str,
+    ) -> Result<DeliveryFuture, SinkError> {
+        let r = self.fire_record(fire, attempt, fired_ms).await?;
+        let headers = r
+            .headers
+            .insert(header("ktimer-reason", reason))
+            .insert(header("ktimer-origin", &r.topic));
+        let too_large = r.value.len() + r.key.len() > 900_000;
+        let value: &[u8] = if too_large { &[] } else { &r.value };
+        let rec = FutureRecord::to(&self.topics.dead_letter)
+            .key(r.key.as_slice())
+            .payload(value)
+            .headers(headers);
+        self.enqueue(rec).await
+    }
+
+    /// Builds the record of a fire: topic, key, value (raw payload or envelope), headers.
+    async fn fire_record(
+        &self,
+        fire: &Fire,
+        attempt: i32,
+        fired_ms: i64,
+    ) -> Result<FireRecord, SinkError> {
         let cb = &fire.def.callback;
-        let topic = cb.topic.as_deref().unwrap_or(&self.topics.fired);
+        let topic = cb
+            .topic
+            .clone()
+            .unwrap_or_else(|| self.topics.fired.clone());
         let id = fire_id(&fire.timer_id, fire.version, fire.due_ms);
-        let envelope;
-        let value: &[u8] = match cb.mode {
-            DeliveryMode::Raw => &cb.payload,
+        let value = match cb.mode {
+            DeliveryMode::Raw => cb.payload.clone(),
             DeliveryMode::Envelope => {
                 let ev = FiredEvent {
                     fire_id: id.clone(),
@@ -135,8 +178,7 @@ impl Sink {
                     attempt,
                     payload: cb.payload.clone(),
                 };
-                envelope = self.codec.encode_fired(&ev, topic).await?;
-                &envelope
+                self.codec.encode_fired(&ev, &topic).await?
             }
         };
         let (due, fired, att) = (
@@ -144,7 +186,7 @@ impl Sink {
             fired_ms.to_string(),
             attempt.to_string(),
         );
-        let mut h = OwnedHeaders::new_with_capacity(6 + cb.headers.len())
+        let mut h = OwnedHeaders::new_with_capacity(8 + cb.headers.len())
             .insert(header(headers::FIRE_ID, &id))
             .insert(header(headers::TIMER_ID, &fire.timer_id))
             .insert(header(headers::APPLICATION, &fire.def.application))
@@ -154,9 +196,16 @@ impl Sink {
         for (k, v) in &cb.headers {
             h = h.insert(header(k, v));
         }
-        let key = cb.key.as_deref().unwrap_or(fire.timer_id.as_bytes());
-        let rec = FutureRecord::to(topic).key(key).payload(value).headers(h);
-        self.enqueue(rec).await
+        let key = cb
+            .key
+            .clone()
+            .unwrap_or_else(|| fire.timer_id.as_bytes().to_vec());
+        Ok(FireRecord {
+            topic,
+            key,
+            value,
+            headers: h,
+        })
     }
 
     /// Enqueues a command result, keyed by timer id (or the command's record key).
@@ -219,6 +268,14 @@ impl Sink {
             tracing::warn!(error = %e, "producer flush incomplete");
         }
     }
+}
+
+/// A fire's record before it is enqueued.
+struct FireRecord {
+    topic: String,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    headers: OwnedHeaders,
 }
 
 /// Waits for a delivery and flattens its errors.

@@ -45,6 +45,9 @@ pub struct TriggerConfig {
     pub retry_base_ms: i64,
     /// Largest delay between delivery retries.
     pub retry_max_ms: i64,
+    /// Delivery attempts of a fire before it goes to the dead-letter topic (an error the
+    /// broker will never accept, such as a record too large, sends it there at once).
+    pub max_attempts: i32,
     /// A cron occurrence claimed more than this late was missed (its misfire policy applies).
     pub misfire_threshold_ms: i64,
 }
@@ -137,6 +140,8 @@ impl TriggerHandle {
 struct Pending {
     fire: Fire,
     attempt: i32,
+    /// Set when the fire goes to the dead-letter topic instead: why.
+    dead: Option<String>,
 }
 
 type Sending = Pin<Box<dyn Future<Output = (Pending, Result<(), SinkError>)> + Send>>;
@@ -160,6 +165,7 @@ pub fn spawn(
         delivered: metrics.fires.with_label_values(&["delivered"]),
         retried: metrics.fires.with_label_values(&["retried"]),
         stale: metrics.fires.with_label_values(&["stale"]),
+        dead_lettered: metrics.fires.with_label_values(&["dead_lettered"]),
         partition,
         epoch,
         store,
@@ -204,6 +210,7 @@ struct Trigger {
     delivered: IntCounter,
     retried: IntCounter,
     stale: IntCounter,
+    dead_lettered: IntCounter,
 }
 
 impl Trigger {
@@ -256,14 +263,16 @@ impl Trigger {
     }
 
     fn push(&mut self, fire: Fire, attempt: i32) {
-        self.push_at(fire.due_ms, fire, attempt);
-    }
-
-    fn push_at(&mut self, at_ms: i64, fire: Fire, attempt: i32) {
-        self.seq += 1;
-        self.ready
-            .insert((at_ms, self.seq), Pending { fire, attempt });
-        self.in_flight_gauge();
+        let at = fire.due_ms;
+        let dead = None;
+        self.requeue(
+            at,
+            Pending {
+                fire,
+                attempt,
+                dead,
+            },
+        );
     }
 
     fn in_flight_gauge(&self) {
@@ -329,13 +338,23 @@ impl Trigger {
                 continue;
             }
             let lateness = (now - pending.fire.due_ms).max(0);
-            match self
-                .sink
-                .send_fire(&pending.fire, pending.attempt, now)
-                .await
-            {
+            let sent = match &pending.dead {
+                None => {
+                    self.sink
+                        .send_fire(&pending.fire, pending.attempt, now)
+                        .await
+                }
+                Some(why) => {
+                    self.sink
+                        .send_fire_dead_letter(&pending.fire, pending.attempt, now, why)
+                        .await
+                }
+            };
+            match sent {
                 Ok(f) => {
-                    self.metrics.fire_lateness.observe(lateness as f64 / 1000.0);
+                    if pending.dead.is_none() {
+                        self.metrics.fire_lateness.observe(lateness as f64 / 1000.0);
+                    }
                     self.sending.push(Box::pin(
                         delivered(f).map(move |r| (pending, r.map(|_| ()))),
                     ));
@@ -345,25 +364,52 @@ impl Trigger {
         }
     }
 
-    fn retry(&mut self, pending: Pending, e: SinkError) {
+    /// A delivery failed: retry later with backoff, or (attempts exhausted, or an error
+    /// the broker will never accept) route the fire to the dead-letter topic now. A fire
+    /// already on its way there is retried until the dead-letter topic takes it: it is
+    /// never dropped.
+    fn retry(&mut self, mut pending: Pending, e: SinkError) {
+        let p = self.partition;
+        if pending.dead.is_none() && (!e.is_retryable() || pending.attempt >= self.cfg.max_attempts)
+        {
+            tracing::warn!(partition = p, error = %e, attempt = pending.attempt,
+                "fire undeliverable: sending it to the dead-letter topic");
+            pending.dead = Some(format!(
+                "not delivered after {} attempt(s): {e}",
+                pending.attempt
+            ));
+            return self.requeue(now_ms(), pending);
+        }
         self.retried.inc();
         let n = pending.attempt.clamp(1, 20) as u32;
         let delay = (self.cfg.retry_base_ms << (n - 1).min(16)).min(self.cfg.retry_max_ms);
         if pending.attempt == 1 || pending.attempt.count_ones() == 1 {
-            tracing::warn!(partition = self.partition, error = %e, attempt = pending.attempt,
-                retryable = e.is_retryable(), "fire delivery failed; will retry");
+            tracing::warn!(partition = p, error = %e, attempt = pending.attempt,
+                retryable = e.is_retryable(), dead_letter = pending.dead.is_some(),
+                "fire delivery failed; will retry");
         }
-        let at = now_ms() + delay;
-        self.push_at(at, pending.fire, pending.attempt + 1);
+        pending.attempt += 1;
+        self.requeue(now_ms() + delay, pending);
+    }
+
+    fn requeue(&mut self, at_ms: i64, pending: Pending) {
+        self.seq += 1;
+        self.ready.insert((at_ms, self.seq), pending);
+        self.in_flight_gauge();
     }
 
     fn delivered(&mut self, pending: Pending, r: Result<(), SinkError>) {
-        match r {
-            Ok(()) => {
+        match (r, pending.dead) {
+            (Ok(()), None) => {
                 self.delivered.inc();
                 self.acks.push(pending.fire.member);
             }
-            Err(e) => self.retry(pending, e),
+            (Ok(()), Some(why)) => {
+                self.dead_lettered.inc();
+                let why: String = why.chars().filter(|c| *c != '\n').take(500).collect();
+                self.acks.push(format!("!{}\n{why}", pending.fire.member));
+            }
+            (Err(e), dead) => self.retry(Pending { dead, ..pending }, e),
         }
     }
 
@@ -418,7 +464,7 @@ impl Trigger {
                 _ = &mut deadline => break,
                 Some((p, r)) = self.sending.next() => {
                     if r.is_ok() {
-                        self.acks.push(p.fire.member);
+                        self.delivered(p, r);
                     }
                 }
             }

@@ -1,7 +1,10 @@
 -- Acknowledges fires the broker accepted (or that were dropped before delivery because
 -- their timer changed): removes them from the in-flight set; marks one-shot timers fired
 -- and cron timers completed after their last fire (kept for look-up until the retention
--- expires).
+-- expires). A member written `!member\nreason` went to the dead-letter topic instead of
+-- its callback topic after its delivery attempts ran out: a one-shot timer becomes
+-- dead_lettered; a cron timer counts it (`dl`, last one's due `dlr`, reason `dlx`) and
+-- goes on.
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 retention ms, 4.. members
 -- Returns the number of members removed, or -1 when fenced.
@@ -10,7 +13,12 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 local n = 0
 for i = 4, #ARGV do
-  local member = ARGV[i]
+  local member, reason = ARGV[i], nil
+  if string.sub(member, 1, 1) == '!' then
+    local nl = string.find(member, '\n', 2, true)
+    reason = string.sub(member, nl + 1)
+    member = string.sub(member, 2, nl - 1)
+  end
   n = n + redis.call('ZREM', KEYS[2], member)
   local c1 = string.find(member, ':', 1, true)
   local c2 = string.find(member, ':', c1 + 1, true)
@@ -19,8 +27,12 @@ for i = 4, #ARGV do
   local tkey = ARGV[2] .. id
   local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'n', 'mx', 'fin')
   if t[1] == string.sub(member, 1, c1 - 1) and t[2] == 'scheduled' then
+    if reason then
+      redis.call('HINCRBY', tkey, 'dl', 1)
+      redis.call('HSET', tkey, 'dlr', due, 'dlx', reason)
+    end
     if t[3] ~= 'c' then
-      redis.call('HSET', tkey, 'st', 'fired')
+      redis.call('HSET', tkey, 'st', reason and 'dead_lettered' or 'fired')
       redis.call('PEXPIRE', tkey, ARGV[3])
     else
       redis.call('HSET', tkey, 'last', due)
