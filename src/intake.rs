@@ -11,6 +11,7 @@
 //! migrator; on revocation it stops them. Every second it checks Redis still holds what
 //! it wrote (see [`crate::ownership`]) and replays from Kafka when Redis lost data.
 
+use crate::catalog::Catalog;
 use crate::codec::{Codec, CodecError};
 use crate::command::{CommandResult, Outcome, TimerCommand};
 use crate::metrics::Metrics;
@@ -66,6 +67,8 @@ pub struct Intake {
     pub sink: Arc<Sink>,
     /// Command decoding.
     pub codec: Arc<Codec>,
+    /// Callback topic facts.
+    pub catalog: Arc<Catalog>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Command limits.
@@ -355,7 +358,14 @@ impl Intake {
             };
             describe(&mut h.result, &cmd);
             let ts = m.timestamp().to_millis().unwrap_or(now);
-            match validate(&cmd, h.key.as_deref(), ts, now, &self.limits) {
+            let valid = match validate(&cmd, h.key.as_deref(), ts, now, &self.limits) {
+                Ok(op) => match self.deliverable(&op).await {
+                    Some(why) => Err(why),
+                    None => Ok(op),
+                },
+                Err(why) => Err(why),
+            };
+            match valid {
                 Ok(op) => {
                     slots.push(handled.len());
                     requests.push(ApplyRequest {
@@ -423,6 +433,19 @@ impl Intake {
             .iter_mut()
             .for_each(|h| h.result.processed_at_ms = applied_at);
         self.answer(handled).await;
+    }
+
+    /// Why the broker would refuse the fires of `op` (unknown callback topic, payload too
+    /// large for it), if it would.
+    async fn deliverable(&self, op: &Op) -> Option<String> {
+        let def = match op {
+            Op::Create { def, .. } => def,
+            Op::Update { def: Some(def), .. } => def,
+            _ => return None,
+        };
+        let cb = &def.callback;
+        let topic = cb.topic.as_deref().unwrap_or(&self.sink.topics.fired);
+        self.catalog.refuses(topic, cb.payload.len()).await
     }
 
     /// Decodes, retrying while the schema registry is unreachable; `None` on shutdown.

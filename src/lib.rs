@@ -10,6 +10,7 @@
 //! - [`schedule`]: cron expressions, time zones, DST rules, misfire planning.
 //! - [`codec`]: Confluent Avro, Avro single-object and JSON encodings.
 //! - [`intake`]: consumes commands, applies them, answers each, commits offsets after.
+//! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
 //! - [`ownership`]: partition assignment, fencing epochs, replay when Redis lost data.
 //! - [`store`]: Redis keys, minute slices and the Lua scripts (`src/store/*.lua`).
 //! - [`trigger`]: one task per owned partition, firing timers at the due millisecond.
@@ -27,6 +28,7 @@
 //! acknowledged.
 
 pub mod admin;
+pub mod catalog;
 pub mod client;
 pub mod codec;
 pub mod command;

@@ -1,6 +1,7 @@
 //! Wires the service together: store, sink, intake with its triggers, admin port.
 
 use crate::admin::{self, AdminState};
+use crate::catalog::{self, Catalog};
 use crate::codec::Codec;
 use crate::config::{KafkaArgs, RunArgs};
 use crate::intake::Intake;
@@ -104,7 +105,18 @@ pub async fn run(
         tracing::info!(%bound, "admin port listening");
         status.send_modify(|s| s.admin_addr = Some(bound));
     }
+    let producer_max = k
+        .kafka_options
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "message.max.bytes")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(catalog::DEFAULT_MAX_RECORD_BYTES);
+    let catalog = Arc::new(
+        Catalog::new(&client_config(k), producer_max).context("creating the metadata clients")?,
+    );
     let intake = Intake {
+        catalog,
         consumer,
         events,
         topic: k.commands_topic.clone(),

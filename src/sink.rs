@@ -65,6 +65,8 @@ pub mod headers {
     pub const FIRED_MS: &str = "ktimer-fired-ms";
     /// The delivery attempt, 1 for the first.
     pub const ATTEMPT: &str = "ktimer-attempt";
+    /// The instance that produced the record, `host/pid`.
+    pub const INSTANCE: &str = "ktimer-instance";
 }
 
 /// Topic names the sink writes to.
@@ -81,6 +83,7 @@ pub struct SinkTopics {
 /// The producer of everything ktimer writes to Kafka.
 pub struct Sink {
     producer: FutureProducer,
+    instance: String,
     codec: Arc<Codec>,
     /// Topic names.
     pub topics: SinkTopics,
@@ -104,8 +107,12 @@ impl Sink {
         for (k, v) in extra {
             cfg.set(k, v);
         }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| "localhost".into());
         Ok(Sink {
             producer: cfg.create()?,
+            instance: format!("{}/{}", host.trim(), std::process::id()),
             codec,
             topics,
         })
@@ -192,7 +199,8 @@ impl Sink {
             .insert(header(headers::APPLICATION, &fire.def.application))
             .insert(header(headers::DUE_MS, &due))
             .insert(header(headers::FIRED_MS, &fired))
-            .insert(header(headers::ATTEMPT, &att));
+            .insert(header(headers::ATTEMPT, &att))
+            .insert(header(headers::INSTANCE, &self.instance));
         for (k, v) in &cb.headers {
             h = h.insert(header(k, v));
         }

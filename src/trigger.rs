@@ -32,6 +32,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+/// How long a successful epoch-checked Redis call vouches for the ownership of a
+/// partition before sending needs a fresh check. Must stay well below the group's session
+/// timeout minus the heartbeat interval (10 s - 3 s by default).
+pub const LEASE: std::time::Duration = std::time::Duration::from_millis(2_000);
+
 /// Trigger tuning.
 #[derive(Debug, Clone)]
 pub struct TriggerConfig {
@@ -166,6 +171,7 @@ pub fn spawn(
         retried: metrics.fires.with_label_values(&["retried"]),
         stale: metrics.fires.with_label_values(&["stale"]),
         dead_lettered: metrics.fires.with_label_values(&["dead_lettered"]),
+        confirmed: std::time::Instant::now(),
         partition,
         epoch,
         store,
@@ -211,6 +217,8 @@ struct Trigger {
     retried: IntCounter,
     stale: IntCounter,
     dead_lettered: IntCounter,
+    /// When an epoch-checked call last succeeded (see [`LEASE`]).
+    confirmed: std::time::Instant,
 }
 
 impl Trigger {
@@ -297,7 +305,10 @@ impl Trigger {
                 )
                 .await
             {
-                Ok(c) => c,
+                Ok(c) => {
+                    self.confirmed = std::time::Instant::now();
+                    c
+                }
                 Err(e) => {
                     self.wake.at.store(i64::MIN, Ordering::SeqCst);
                     return Err(e);
@@ -314,12 +325,31 @@ impl Trigger {
             };
             self.wake.at.fetch_min(next, Ordering::SeqCst);
         }
-        self.send_due().await;
+        self.send_due().await
+    }
+
+    /// Before sending: if no epoch-checked Redis call succeeded within [`LEASE`], check
+    /// the epoch now. An instance that was frozen (GC, SIGSTOP, a stalled VM) longer than
+    /// the group's session timeout lost its partitions meanwhile; this keeps it from
+    /// producing the fires it still holds in memory (the new owner re-drives them).
+    async fn confirm_epoch(&mut self) -> Result<(), StoreError> {
+        if self.confirmed.elapsed() < LEASE {
+            return Ok(());
+        }
+        let state = self.store.partition_state(self.partition).await?;
+        if state.epoch != Some(self.epoch) {
+            return Err(StoreError::Fenced(self.partition));
+        }
+        self.confirmed = std::time::Instant::now();
         Ok(())
     }
 
     /// Enqueues every ready fire whose due time has come (by the wall clock).
-    async fn send_due(&mut self) {
+    async fn send_due(&mut self) -> Result<(), StoreError> {
+        let now = now_ms();
+        if self.ready.first_key_value().is_some_and(|(k, _)| k.0 <= now) {
+            self.confirm_epoch().await?;
+        }
         loop {
             let now = now_ms();
             let Some(entry) = self.ready.first_entry() else {
@@ -362,6 +392,7 @@ impl Trigger {
                 Err(e) => self.retry(pending, e),
             }
         }
+        Ok(())
     }
 
     /// A delivery failed: retry later with backoff, or (attempts exhausted, or an error
@@ -431,6 +462,7 @@ impl Trigger {
         self.store
             .ack(self.partition, self.epoch, &self.acks)
             .await?;
+        self.confirmed = std::time::Instant::now();
         self.acks.clear();
         self.in_flight_gauge();
         Ok(())

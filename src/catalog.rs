@@ -1,0 +1,147 @@
+//! What the broker says about callback topics: whether they exist and how large a
+//! record they accept. The intake rejects a timer whose callback topic is unknown or
+//! whose payload the topic would refuse, instead of failing at its due time.
+//!
+//! Answers are cached (a known topic for a minute, an unknown one for a few seconds, so
+//! a topic created after a rejection is picked up soon). When the broker cannot answer,
+//! the command is not rejected: the timer is accepted and, should delivery fail at its
+//! due time, the fire goes to the dead-letter topic with the reason.
+
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The largest record the producer sends (librdkafka's `message.max.bytes` default),
+/// used when the topic's own limit cannot be read.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 1_000_000;
+
+/// Room kept for the record's headers, key and envelope around the payload.
+const RECORD_OVERHEAD_BYTES: usize = 2_048;
+
+/// What is known about a topic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TopicInfo {
+    /// The topic exists and accepts records up to this size.
+    Exists {
+        /// Its `max.message.bytes` (capped by the producer's limit).
+        max_record_bytes: usize,
+    },
+    /// The broker says there is no such topic.
+    Missing,
+    /// The broker could not be asked.
+    Unknown,
+}
+
+/// Cached topic facts.
+pub struct Catalog {
+    consumer: Arc<BaseConsumer>,
+    admin: AdminClient<DefaultClientContext>,
+    cache: Mutex<HashMap<String, (Instant, TopicInfo)>>,
+    producer_max: usize,
+}
+
+impl Catalog {
+    /// Clients for `cfg` (brokers and user options). `producer_max` is the producer's
+    /// `message.max.bytes`.
+    pub fn new(cfg: &ClientConfig, producer_max: usize) -> Result<Catalog, rdkafka::error::KafkaError> {
+        Ok(Catalog {
+            consumer: Arc::new(cfg.create()?),
+            admin: cfg.create()?,
+            cache: Mutex::new(HashMap::new()),
+            producer_max,
+        })
+    }
+
+    /// Why a payload of `payload_bytes` for `topic` would never be delivered, if it would not.
+    pub async fn refuses(&self, topic: &str, payload_bytes: usize) -> Option<String> {
+        match self.info(topic).await {
+            TopicInfo::Missing => Some(format!("callback topic {topic:?} does not exist")),
+            TopicInfo::Exists { max_record_bytes }
+                if payload_bytes + RECORD_OVERHEAD_BYTES > max_record_bytes =>
+            {
+                Some(format!(
+                    "payload of {payload_bytes} bytes is larger than callback topic {topic:?} accepts ({max_record_bytes} bytes per record, {RECORD_OVERHEAD_BYTES} kept for headers and envelope)"
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// The (cached) facts about `topic`.
+    pub async fn info(&self, topic: &str) -> TopicInfo {
+        if let Some((at, info)) = self.cached(topic) {
+            let ttl = match info {
+                TopicInfo::Exists { .. } => Duration::from_secs(60),
+                _ => Duration::from_secs(5),
+            };
+            if at.elapsed() < ttl {
+                return info;
+            }
+        }
+        let info = self.ask(topic).await;
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(topic.to_string(), (Instant::now(), info));
+        info
+    }
+
+    fn cached(&self, topic: &str) -> Option<(Instant, TopicInfo)> {
+        let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        c.get(topic).copied()
+    }
+
+    async fn ask(&self, topic: &str) -> TopicInfo {
+        let consumer = self.consumer.clone();
+        let t = topic.to_string();
+        let meta = tokio::task::spawn_blocking(move || {
+            consumer
+                .fetch_metadata(Some(&t), Duration::from_secs(5))
+                .map(|m| {
+                    m.topics()
+                        .iter()
+                        .find(|x| x.name() == t)
+                        .map(|x| (x.error(), x.partitions().len()))
+                })
+        })
+        .await;
+        match meta {
+            Ok(Ok(Some((None, n)))) if n > 0 => {}
+            Ok(Ok(Some((Some(e), _))))
+                if RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition =>
+            {
+                return TopicInfo::Missing
+            }
+            Ok(Ok(None)) => return TopicInfo::Missing,
+            other => {
+                tracing::debug!(topic, result = ?other.map(|r| r.map(|_| ())), "topic metadata unavailable");
+                return TopicInfo::Unknown;
+            }
+        }
+        TopicInfo::Exists {
+            max_record_bytes: self.max_record_bytes(topic).await.min(self.producer_max),
+        }
+    }
+
+    /// The topic's `max.message.bytes`, or the producer's limit if it cannot be read.
+    async fn max_record_bytes(&self, topic: &str) -> usize {
+        let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(5)));
+        let res = self
+            .admin
+            .describe_configs(&[ResourceSpecifier::Topic(topic)], &opts)
+            .await;
+        let found = res.ok().and_then(|rs| {
+            rs.into_iter().flatten().find_map(|r| {
+                r.get("max.message.bytes")
+                    .and_then(|e| e.value.as_deref())
+                    .and_then(|v| v.parse::<usize>().ok())
+            })
+        });
+        found.unwrap_or(DEFAULT_MAX_RECORD_BYTES)
+    }
+}
