@@ -48,7 +48,10 @@ pub struct Catalog {
 impl Catalog {
     /// Clients for `cfg` (brokers and user options). `producer_max` is the producer's
     /// `message.max.bytes`.
-    pub fn new(cfg: &ClientConfig, producer_max: usize) -> Result<Catalog, rdkafka::error::KafkaError> {
+    pub fn new(
+        cfg: &ClientConfig,
+        producer_max: usize,
+    ) -> Result<Catalog, rdkafka::error::KafkaError> {
         Ok(Catalog {
             consumer: Arc::new(cfg.create()?),
             admin: cfg.create()?,

@@ -67,6 +67,8 @@ pub mod headers {
     pub const ATTEMPT: &str = "ktimer-attempt";
     /// The instance that produced the record, `host/pid`.
     pub const INSTANCE: &str = "ktimer-instance";
+    /// The partition epoch its producer held (owners take ever larger epochs).
+    pub const EPOCH: &str = "ktimer-epoch";
 }
 
 /// Topic names the sink writes to.
@@ -118,15 +120,9 @@ impl Sink {
         })
     }
 
-    /// Enqueues the record of `fire` (attempt `attempt`, produced at `fired_ms`) to its
-    /// callback topic.
-    pub async fn send_fire(
-        &self,
-        fire: &Fire,
-        attempt: i32,
-        fired_ms: i64,
-    ) -> Result<DeliveryFuture, SinkError> {
-        let r = self.fire_record(fire, attempt, fired_ms).await?;
+    /// Enqueues the record of `fire` (as `stamp` says) to its callback topic.
+    pub async fn send_fire(&self, fire: &Fire, stamp: Stamp) -> Result<DeliveryFuture, SinkError> {
+        let r = self.fire_record(fire, stamp).await?;
         let rec = FutureRecord::to(&r.topic)
             .key(r.key.as_slice())
             .payload(r.value.as_slice())
@@ -141,11 +137,10 @@ impl Sink {
     pub async fn send_fire_dead_letter(
         &self,
         fire: &Fire,
-        attempt: i32,
-        fired_ms: i64,
+        stamp: Stamp,
         reason: &str,
     ) -> Result<DeliveryFuture, SinkError> {
-        let r = self.fire_record(fire, attempt, fired_ms).await?;
+        let r = self.fire_record(fire, stamp).await?;
         let headers = r
             .headers
             .insert(header("ktimer-reason", reason))
@@ -160,12 +155,12 @@ impl Sink {
     }
 
     /// Builds the record of a fire: topic, key, value (raw payload or envelope), headers.
-    async fn fire_record(
-        &self,
-        fire: &Fire,
-        attempt: i32,
-        fired_ms: i64,
-    ) -> Result<FireRecord, SinkError> {
+    async fn fire_record(&self, fire: &Fire, stamp: Stamp) -> Result<FireRecord, SinkError> {
+        let Stamp {
+            attempt,
+            fired_ms,
+            epoch,
+        } = stamp;
         let cb = &fire.def.callback;
         let topic = cb
             .topic
@@ -188,10 +183,11 @@ impl Sink {
                 self.codec.encode_fired(&ev, &topic).await?
             }
         };
-        let (due, fired, att) = (
+        let (due, fired, att, ep) = (
             fire.due_ms.to_string(),
             fired_ms.to_string(),
             attempt.to_string(),
+            epoch.to_string(),
         );
         let mut h = OwnedHeaders::new_with_capacity(8 + cb.headers.len())
             .insert(header(headers::FIRE_ID, &id))
@@ -200,7 +196,8 @@ impl Sink {
             .insert(header(headers::DUE_MS, &due))
             .insert(header(headers::FIRED_MS, &fired))
             .insert(header(headers::ATTEMPT, &att))
-            .insert(header(headers::INSTANCE, &self.instance));
+            .insert(header(headers::INSTANCE, &self.instance))
+            .insert(header(headers::EPOCH, &ep));
         for (k, v) in &cb.headers {
             h = h.insert(header(k, v));
         }
@@ -276,6 +273,17 @@ impl Sink {
             tracing::warn!(error = %e, "producer flush incomplete");
         }
     }
+}
+
+/// How a fire is being produced.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    /// Delivery attempt, 1 for the first.
+    pub attempt: i32,
+    /// Produce time, Unix epoch ms.
+    pub fired_ms: i64,
+    /// The partition epoch the producing trigger holds.
+    pub epoch: i64,
 }
 
 /// A fire's record before it is enqueued.

@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::now_ms;
 use crate::retry;
 use crate::shutdown::CancellationToken;
-use crate::sink::{delivered, Sink, SinkError};
+use crate::sink::{delivered, Sink, SinkError, Stamp};
 use crate::store::{Fire, Store, StoreError};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -347,7 +347,11 @@ impl Trigger {
     /// Enqueues every ready fire whose due time has come (by the wall clock).
     async fn send_due(&mut self) -> Result<(), StoreError> {
         let now = now_ms();
-        if self.ready.first_key_value().is_some_and(|(k, _)| k.0 <= now) {
+        if self
+            .ready
+            .first_key_value()
+            .is_some_and(|(k, _)| k.0 <= now)
+        {
             self.confirm_epoch().await?;
         }
         loop {
@@ -368,15 +372,16 @@ impl Trigger {
                 continue;
             }
             let lateness = (now - pending.fire.due_ms).max(0);
+            let stamp = Stamp {
+                attempt: pending.attempt,
+                fired_ms: now,
+                epoch: self.epoch,
+            };
             let sent = match &pending.dead {
-                None => {
-                    self.sink
-                        .send_fire(&pending.fire, pending.attempt, now)
-                        .await
-                }
+                None => self.sink.send_fire(&pending.fire, stamp).await,
                 Some(why) => {
                     self.sink
-                        .send_fire_dead_letter(&pending.fire, pending.attempt, now, why)
+                        .send_fire_dead_letter(&pending.fire, stamp, why)
                         .await
                 }
             };

@@ -19,6 +19,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+pub mod checker;
+pub mod world;
+
 /// Addresses of the servers shared by the tests of one binary.
 pub struct Servers {
     pub redis_url: String,
@@ -38,7 +41,7 @@ extern "C" fn stop_children() {
     }
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
@@ -47,7 +50,7 @@ fn free_port() -> u16 {
 
 /// Spawns a server from a thread that waits on it (so it lives as long as the server),
 /// with PR_SET_PDEATHSIG, so the server dies with the test binary whatever happens.
-fn spawn_server(mut cmd: Proc, log: &str) -> u32 {
+pub fn spawn_server(mut cmd: Proc, log: &str) -> u32 {
     use std::os::unix::process::CommandExt;
     let log = std::fs::File::create(log).expect("log file");
     cmd.stdout(Stdio::from(log.try_clone().unwrap()))
@@ -97,7 +100,7 @@ pub fn tansu_bin() -> String {
     p
 }
 
-fn wait_for_port(port: u16, what: &str) {
+pub fn wait_for_port(port: u16, what: &str) {
     for _ in 0..300 {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
             return;
@@ -165,6 +168,8 @@ fn unique(name: &str) -> String {
 pub struct TestEnv {
     pub name: String,
     pub args: RunArgs,
+    /// The `ktimer run ...` command line of `args` (to start child processes).
+    pub argv: Vec<String>,
     pub producer: FutureProducer,
 }
 
@@ -187,7 +192,11 @@ impl TestEnv {
     /// Creates the topics (`partitions` each) and the run arguments; `extra` are more
     /// `ktimer run` flags.
     pub async fn new(name: &str, partitions: i32, extra: &[&str]) -> TestEnv {
-        let s = servers();
+        TestEnv::on(servers(), name, partitions, extra).await
+    }
+
+    /// Like [`TestEnv::new`], on the given servers.
+    pub async fn on(s: &Servers, name: &str, partitions: i32, extra: &[&str]) -> TestEnv {
         let name = unique(name);
         let mut argv: Vec<String> = [
             "ktimer",
@@ -211,13 +220,10 @@ impl TestEnv {
             argv.push(flag.into());
             argv.push(format!("{name}.{suffix}"));
         }
-        argv.extend(
-            ["--admin-addr", "127.0.0.1:0"]
-                .iter()
-                .map(|x| x.to_string()),
-        );
         argv.extend(extra.iter().map(|x| x.to_string()));
-        let Command::Run(args) = Cli::try_parse_from(&argv).expect("run args").command else {
+        let mut with_admin = argv.clone();
+        with_admin.extend(["--admin-addr".to_string(), "127.0.0.1:0".to_string()]);
+        let Command::Run(args) = Cli::try_parse_from(&with_admin).expect("run args").command else {
             unreachable!()
         };
         let k = &args.kafka;
@@ -247,6 +253,7 @@ impl TestEnv {
         TestEnv {
             name,
             args,
+            argv,
             producer,
         }
     }
@@ -341,6 +348,25 @@ impl TestEnv {
             .await
             .map_err(|(e, _)| e)
             .expect("produce");
+    }
+
+    /// Produces many commands concurrently (each keyed by its timer id).
+    pub async fn send_many(&self, cmds: &[TimerCommand]) {
+        let codec = ktimer::codec::Codec::new(None).unwrap();
+        let topic = &self.args.kafka.commands_topic;
+        let mut encoded = Vec::with_capacity(cmds.len());
+        for c in cmds {
+            encoded.push(codec.encode_command(c, topic).await.unwrap());
+        }
+        let sends = cmds.iter().zip(&encoded).map(|(c, bytes)| {
+            let rec = FutureRecord::<str, [u8]>::to(topic)
+                .key(&c.timer_id)
+                .payload(bytes);
+            self.producer.send(rec, Duration::from_secs(30))
+        });
+        for r in futures::future::join_all(sends).await {
+            r.map_err(|(e, _)| e).expect("produce");
+        }
     }
 
     /// Produces a command, Avro single-object encoded, keyed by its timer id.

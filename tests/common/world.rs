@@ -1,0 +1,235 @@
+//! Servers a fault scenario owns alone (so it can kill, freeze or wipe them without
+//! disturbing other tests), and ktimer instances as child processes (so they can be
+//! killed with SIGKILL or frozen with SIGSTOP).
+
+use super::{free_port, spawn_server, tansu_bin, wait_for_port, Servers, TestEnv};
+use std::process::{Child, Command as Proc, Stdio};
+use std::time::Duration;
+
+/// Sends `sig` to `pid`.
+pub fn signal(pid: u32, sig: i32) {
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+fn wait_port_closed(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("port {port} still open");
+}
+
+/// A redis-server of one scenario, optionally with an append-only file.
+pub struct Redis {
+    pub port: u16,
+    dir: std::path::PathBuf,
+    aof: bool,
+    pid: u32,
+    starts: u32,
+}
+
+impl Redis {
+    /// Starts a server on a free port; with `aof`, `appendonly yes`, `appendfsync everysec`.
+    pub fn start(dir: &std::path::Path, aof: bool) -> Redis {
+        let mut r = Redis {
+            port: free_port(),
+            dir: dir.to_path_buf(),
+            aof,
+            pid: 0,
+            starts: 0,
+        };
+        r.launch();
+        r
+    }
+
+    fn launch(&mut self) {
+        self.starts += 1;
+        let mut cmd =
+            Proc::new(std::env::var("KTIMER_REDIS_SERVER_BIN").unwrap_or("redis-server".into()));
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--dir", self.dir.to_str().unwrap(), "--save", ""]);
+        if self.aof {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "everysec"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let log = self.dir.join(format!("redis-{}.log", self.starts));
+        self.pid = spawn_server(cmd, log.to_str().unwrap());
+        wait_for_port(self.port, "redis-server");
+    }
+
+    /// SIGKILLs the server (no shutdown save) and waits until its port is closed.
+    pub fn kill(&mut self) {
+        signal(self.pid, libc::SIGKILL);
+        wait_port_closed(self.port);
+    }
+
+    /// Starts it again on the same port and directory (with the AOF, if any).
+    pub fn restart(&mut self) {
+        self.launch();
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+/// A Tansu broker of one scenario (in-memory storage: freeze it, never kill it).
+pub struct Broker {
+    pub port: u16,
+    pid: u32,
+}
+
+impl Broker {
+    pub fn start(dir: &std::path::Path) -> Broker {
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut cmd = Proc::new(tansu_bin());
+        cmd.args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+        ])
+        .args(["--storage-engine", "memory://tansu/"]);
+        let pid = spawn_server(cmd, dir.join("tansu.log").to_str().unwrap());
+        wait_for_port(port, "tansu");
+        Broker { port, pid }
+    }
+
+    /// SIGSTOP: the broker stops answering (connections stay open, requests time out).
+    pub fn freeze(&self) {
+        signal(self.pid, libc::SIGSTOP);
+    }
+
+    /// SIGCONT.
+    pub fn thaw(&self) {
+        signal(self.pid, libc::SIGCONT);
+    }
+}
+
+/// A scenario's own servers and scratch directory.
+pub struct World {
+    pub dir: std::path::PathBuf,
+    pub redis: Redis,
+    pub broker: Broker,
+}
+
+impl World {
+    pub fn start(name: &str, aof: bool) -> World {
+        let dir = std::env::temp_dir().join(format!("ktimer-fault-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let redis = Redis::start(&dir, aof);
+        let broker = Broker::start(&dir);
+        World { dir, redis, broker }
+    }
+
+    pub fn servers(&self) -> Servers {
+        Servers {
+            redis_url: self.redis.url(),
+            brokers: format!("127.0.0.1:{}", self.broker.port),
+        }
+    }
+}
+
+/// A ktimer instance running as a child process.
+pub struct Instance {
+    child: Child,
+    pub admin_port: u16,
+}
+
+impl Instance {
+    /// Starts `ktimer run` with the environment's flags plus `extra`, logging to `log`.
+    pub fn spawn(env: &TestEnv, extra: &[&str], log: &std::path::Path) -> Instance {
+        let admin_port = free_port();
+        let log = std::fs::File::create(log).expect("log file");
+        let mut cmd = Proc::new(env!("CARGO_BIN_EXE_ktimer"));
+        cmd.args(&env.argv[1..])
+            .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")])
+            .args(extra)
+            .env("KTIMER_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log));
+        let child = cmd.spawn().expect("spawn ktimer");
+        super::CHILDREN.lock().unwrap().push(child.id());
+        Instance { child, admin_port }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// An admin endpoint's status and body, if the instance answers.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.admin_port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let code = text.split_whitespace().nth(1)?.parse().ok()?;
+        let body = text
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        Some((code, body))
+    }
+
+    /// Waits until the instance joined the group (`/readyz` answers 200).
+    pub async fn ready(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if matches!(self.get("/readyz"), Some((200, _))) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("ktimer {} not ready within {limit:?}", self.pid());
+    }
+
+    /// The value of a metric (summed over its labels) from `/metrics`.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let (_, body) = self.get("/metrics")?;
+        let vals: Vec<f64> = body
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        (!vals.is_empty()).then(|| vals.iter().sum())
+    }
+
+    pub fn kill9(&mut self) {
+        signal(self.pid(), libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+
+    pub fn freeze(&self) {
+        signal(self.pid(), libc::SIGSTOP);
+    }
+
+    pub fn thaw(&self) {
+        signal(self.pid(), libc::SIGCONT);
+    }
+
+    /// SIGTERM, then waits for the exit; returns its exit status and how long it took.
+    pub fn terminate(&mut self) -> (std::process::ExitStatus, Duration) {
+        let t = std::time::Instant::now();
+        signal(self.pid(), libc::SIGTERM);
+        let st = self.child.wait().expect("wait");
+        (st, t.elapsed())
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

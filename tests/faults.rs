@@ -1,0 +1,293 @@
+//! The fault-injection suite: each scenario runs a load of one-shot timers through one
+//! fault, on servers of its own, and ends with the shared checker
+//! (`common::checker::check`): every accepted timer fired at least once, none early,
+//! duplicates within the scenario's bound, lateness within the fault's duration plus a
+//! stated margin. Reports go to stdout and `$CARGO_TARGET_TMPDIR/faults.jsonl`.
+
+mod common;
+
+use common::checker::{check, commands, due_near, gather, spread, Bounds, Expected};
+use common::world::{Instance, World};
+use common::TestEnv;
+use ktimer::command::Outcome;
+use ktimer::now_ms;
+use std::time::Duration;
+
+const MIN: Duration = Duration::from_secs(60);
+/// Failover in seconds, not tens: a 6 s session timeout.
+const FAST: &[&str] = &[
+    "--kafka-option",
+    "session.timeout.ms=6000",
+    "--kafka-option",
+    "heartbeat.interval.ms=500",
+];
+const SESSION_MS: i64 = 6_000;
+
+async fn sleep_until(at_ms: i64) {
+    let d = (at_ms - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(d)).await;
+}
+
+/// Sends the timers and waits until every command was accepted.
+async fn load(env: &TestEnv, got: &mut common::Collected, expected: &Expected) {
+    env.send_many(&commands(expected)).await;
+    let rs = got.results(expected.len(), MIN).await;
+    let rejected: Vec<_> = rs
+        .iter()
+        .filter(|r| r.outcome != Outcome::Accepted)
+        .collect();
+    assert!(
+        rejected.is_empty(),
+        "not accepted: {:?}",
+        &rejected[..rejected.len().min(3)]
+    );
+}
+
+/// Waits until the instances own `partitions` partitions between them.
+async fn settled(instances: &[&Instance], partitions: f64) {
+    let deadline = tokio::time::Instant::now() + MIN;
+    while tokio::time::Instant::now() < deadline {
+        let owned: f64 = instances
+            .iter()
+            .map(|i| i.metric("ktimer_owned_partitions").unwrap_or(0.0))
+            .sum();
+        if owned == partitions {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the group did not settle on {partitions} partitions");
+}
+
+/// 1. kill -9 an instance while it is firing; the other takes over its partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_firing_the_other_instance_takes_over() {
+    let w = World::start("kill9", false);
+    let env = TestEnv::on(&w.servers(), "kill9", 4, FAST).await;
+    let mut got = env.collect();
+    let mut a = Instance::spawn(&env, &[], &w.dir.join("a.log"));
+    a.ready(MIN).await;
+    let b = Instance::spawn(&env, &[], &w.dir.join("b.log"));
+    b.ready(MIN).await;
+    settled(&[&a, &b], 4.0).await;
+    let expected = spread("k", 2_000, now_ms() + 4_000, 8_000);
+    load(&env, &mut got, &expected).await;
+    sleep_until(now_ms().max(expected.values().min().unwrap() + 3_000)).await;
+    let fault = now_ms();
+    a.kill9();
+    let fires = gather(&mut got, &expected, 2 * MIN, Duration::from_secs(2)).await;
+    check(
+        "1 kill -9 while firing",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: due_near(&expected, fault, 1_000),
+            lateness_ms: SESSION_MS + 15_000,
+        },
+    );
+}
+
+/// 2. Instances join and leave repeatedly while timers fall due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebalances_under_load() {
+    let w = World::start("rebalance", false);
+    let env = TestEnv::on(&w.servers(), "rebalance", 4, FAST).await;
+    let mut got = env.collect();
+    let mut a = Instance::spawn(&env, &[], &w.dir.join("a.log"));
+    a.ready(MIN).await;
+    let expected = spread("r", 3_000, now_ms() + 3_000, 20_000);
+    load(&env, &mut got, &expected).await;
+    let mut changes = Vec::new();
+    let b = Instance::spawn(&env, &[], &w.dir.join("b.log"));
+    changes.push(now_ms());
+    b.ready(MIN).await;
+    settled(&[&a, &b], 4.0).await;
+    let mut c = Instance::spawn(&env, &[], &w.dir.join("c.log"));
+    changes.push(now_ms());
+    c.ready(MIN).await;
+    settled(&[&a, &b, &c], 4.0).await;
+    changes.push(now_ms());
+    let (st, _) = a.terminate();
+    assert!(st.success(), "a exited with {st}");
+    settled(&[&b, &c], 4.0).await;
+    changes.push(now_ms());
+    let (st, _) = c.terminate();
+    assert!(st.success(), "c exited with {st}");
+    let fires = gather(&mut got, &expected, 2 * MIN, Duration::from_secs(2)).await;
+    let near: usize = changes.iter().map(|&t| due_near(&expected, t, 1_000)).sum();
+    check(
+        "2 rebalances under load",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: near,
+            lateness_ms: SESSION_MS + 15_000,
+        },
+    );
+}
+
+/// 3. An instance frozen (SIGSTOP) past the session timeout, then thawed: nothing it
+/// produces afterwards comes from the epoch it held before (fencing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_instance_never_fires_after_losing_its_partitions() {
+    let w = World::start("sigstop", false);
+    let env = TestEnv::on(&w.servers(), "sigstop", 4, FAST).await;
+    let mut got = env.collect();
+    let a = Instance::spawn(&env, &[], &w.dir.join("a.log"));
+    a.ready(MIN).await;
+    let b = Instance::spawn(&env, &[], &w.dir.join("b.log"));
+    b.ready(MIN).await;
+    settled(&[&a, &b], 4.0).await;
+    let expected = spread("s", 2_000, now_ms() + 3_000, 20_000);
+    load(&env, &mut got, &expected).await;
+    sleep_until(expected.values().min().unwrap() + 2_000).await;
+    let frozen = now_ms();
+    a.freeze();
+    tokio::time::sleep(Duration::from_millis(SESSION_MS as u64 + 6_000)).await;
+    let thawed = now_ms();
+    a.thaw();
+    let fires = gather(&mut got, &expected, 2 * MIN, Duration::from_secs(3)).await;
+    let a_id = format!("/{}", a.pid());
+    let stale: Vec<_> = fires
+        .iter()
+        .filter(|f| f.headers["ktimer-instance"].ends_with(&a_id) && f.fired_ms >= thawed)
+        .filter(|f| f.headers["ktimer-epoch"].parse::<i64>().unwrap() < thawed)
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "the thawed instance fired under an epoch from before its freeze: {:?}",
+        &stale[..stale.len().min(3)]
+    );
+    check(
+        "3 SIGSTOP past the session timeout",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: due_near(&expected, frozen, 1_000) + due_near(&expected, thawed, 1_000),
+            lateness_ms: thawed - frozen + 15_000,
+        },
+    );
+}
+
+/// 4. Redis killed and restarted from its append-only file (fsync every second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_from_its_aof_while_firing() {
+    let mut w = World::start("aof", true);
+    let env = TestEnv::on(&w.servers(), "aof", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let expected = spread("a", 2_000, now_ms() + 3_000, 8_000);
+    load(&env, &mut got, &expected).await;
+    sleep_until(expected.values().min().unwrap() + 3_000).await;
+    let fault = now_ms();
+    w.redis.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    w.redis.restart();
+    let back = now_ms();
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
+    check(
+        "4 redis restarted from AOF",
+        &expected,
+        &fires,
+        &Bounds {
+            // everysec: up to ~2 s of writes (claims, acks) can be lost.
+            duplicates: due_near(&expected, fault, 2_500),
+            lateness_ms: back - fault + 5_000,
+        },
+    );
+    svc.stop().await;
+}
+
+/// 5. Redis restarted empty: detected, and the commands replayed from Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_is_detected_and_replayed() {
+    let mut w = World::start("empty", false);
+    let env = TestEnv::on(&w.servers(), "empty", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let expected = spread("e", 1_000, now_ms() + 3_000, 8_000);
+    load(&env, &mut got, &expected).await;
+    sleep_until(expected.values().min().unwrap() + 3_000).await;
+    let fault = now_ms();
+    w.redis.kill();
+    w.redis.restart();
+    let back = now_ms();
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(3)).await;
+    // Redis kept no record of which timers fired: those due before the loss fire again.
+    let fired_before = expected.values().filter(|&&d| d <= fault).count();
+    check(
+        "5 redis restarted empty",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: fired_before + due_near(&expected, fault, 1_000),
+            lateness_ms: back - fault + 10_000,
+        },
+    );
+    svc.stop().await;
+}
+
+/// 6. The broker frozen longer than the session timeout, then back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_unavailable_longer_than_the_session_timeout() {
+    let w = World::start("broker", false);
+    let env = TestEnv::on(&w.servers(), "broker", 2, FAST).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let expected = spread("b", 1_000, now_ms() + 3_000, 15_000);
+    load(&env, &mut got, &expected).await;
+    sleep_until(expected.values().min().unwrap() + 2_000).await;
+    let fault = now_ms();
+    w.broker.freeze();
+    tokio::time::sleep(Duration::from_millis(SESSION_MS as u64 + 3_000)).await;
+    w.broker.thaw();
+    let back = now_ms();
+    let fires = gather(&mut got, &expected, 2 * MIN, Duration::from_secs(3)).await;
+    let during = expected
+        .values()
+        .filter(|&&d| d >= fault - 1_000 && d <= back + 1_000)
+        .count();
+    check(
+        "6 broker unavailable past the session timeout",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: during,
+            lateness_ms: back - fault + SESSION_MS + 15_000,
+        },
+    );
+    svc.stop().await;
+}
+
+/// 8. The service down while timers fall due: all fire after the start, in due order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downtime_backlog_fires_in_due_order() {
+    let w = World::start("downtime", false);
+    let env = TestEnv::on(&w.servers(), "downtime", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let expected = spread("d", 500, now_ms() + 2_500, 3_000);
+    load(&env, &mut got, &expected).await;
+    svc.stop().await;
+    let down = now_ms();
+    sleep_until(expected.values().max().unwrap() + 1_000).await;
+    let svc = env.start().await;
+    let up = now_ms();
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(1)).await;
+    let dues: Vec<i64> = fires.iter().map(|f| f.due_ms).collect();
+    let out_of_order = dues.windows(2).filter(|w| w[1] < w[0]).count();
+    assert_eq!(
+        out_of_order, 0,
+        "the backlog fired out of due order: {dues:?}"
+    );
+    check(
+        "8 downtime backlog",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: 0,
+            lateness_ms: up - down + 10_000,
+        },
+    );
+    svc.stop().await;
+}
