@@ -131,9 +131,9 @@ impl Sink {
     }
 
     /// Enqueues the record of `fire` to the dead-letter topic instead, with `reason` and
-    /// the callback topic it was meant for in headers. If the record itself is what the
-    /// broker refuses (too large), its value is left out (the timer's definition stays in
-    /// Redis for the retention time).
+    /// the callback topic it was meant for in headers. If the record itself is too large,
+    /// only the fire's identity goes (the timer's definition stays in Redis for the
+    /// retention time).
     pub async fn send_fire_dead_letter(
         &self,
         fire: &Fire,
@@ -141,17 +141,35 @@ impl Sink {
         reason: &str,
     ) -> Result<DeliveryFuture, SinkError> {
         let r = self.fire_record(fire, stamp).await?;
-        let headers = r
-            .headers
-            .insert(header("ktimer-reason", reason))
-            .insert(header("ktimer-origin", &r.topic));
-        let too_large = r.value.len() + r.key.len() > 900_000;
-        let value: &[u8] = if too_large { &[] } else { &r.value };
         let rec = FutureRecord::to(&self.topics.dead_letter)
             .key(r.key.as_slice())
-            .payload(value)
-            .headers(headers);
-        self.enqueue(rec).await
+            .payload(r.value.as_slice())
+            .headers(
+                r.headers
+                    .insert(header("ktimer-reason", reason))
+                    .insert(header("ktimer-origin", &r.topic)),
+            );
+        match self.enqueue(rec).await {
+            Err(SinkError::Kafka(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageSizeTooLarge,
+            ))) => {
+                // The record itself is too large: send its identity and the reason only.
+                let id = fire_id(&fire.timer_id, fire.version, fire.due_ms);
+                let due = fire.due_ms.to_string();
+                let h = OwnedHeaders::new()
+                    .insert(header(headers::FIRE_ID, &id))
+                    .insert(header(headers::TIMER_ID, &fire.timer_id))
+                    .insert(header(headers::DUE_MS, &due))
+                    .insert(header("ktimer-reason", reason))
+                    .insert(header("ktimer-origin", &r.topic))
+                    .insert(header("ktimer-value-dropped", "too large"));
+                let rec = FutureRecord::<[u8], [u8]>::to(&self.topics.dead_letter)
+                    .key(fire.timer_id.as_bytes())
+                    .headers(h);
+                self.enqueue(rec).await
+            }
+            other => other,
+        }
     }
 
     /// Builds the record of a fire: topic, key, value (raw payload or envelope), headers.

@@ -249,3 +249,74 @@ async fn timers_due_while_ktimer_is_down_fire_after_restart() {
     }
     svc.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undeliverable_fire_goes_to_the_dead_letter_topic_and_blocks_nothing() {
+    use rdkafka::message::{Headers, Message};
+    // ktimer's producer refuses records over 20 kB; the doomed timer's headers make its
+    // record larger than that, a failure no retry can mend.
+    let env = TestEnv::new("dlq", 1, &["--kafka-option", "message.max.bytes=20000"]).await;
+    let mut got = env.collect();
+    let k = &env.args.kafka;
+    let dlq: rdkafka::consumer::StreamConsumer =
+        ktimer::client::assigned_consumer(k, std::slice::from_ref(&k.dead_letter_topic), true)
+            .expect("dead-letter consumer");
+    let svc = env.start().await;
+    let due = now_ms() + 1_500;
+    let mut doomed = once_at("doomed", due, "");
+    let cb = doomed.callback.as_mut().unwrap();
+    cb.payload = vec![b'p'; 10_000];
+    cb.headers = (0..3)
+        .map(|i| (format!("h{i}"), "v".repeat(5_000)))
+        .collect();
+    env.send(&doomed, None).await;
+    env.send(&once_at("fine", due + 50, ""), None).await;
+    let rs = got.results(2, WAIT).await;
+    assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted), "{rs:?}");
+
+    let f = got.fires(1, WAIT).await.remove(0);
+    assert_eq!(f.timer_id, "fine");
+    assert!(
+        f.fired_ms >= f.due_ms && f.fired_ms - f.due_ms < 200,
+        "the other timer was held up: {} ms late",
+        f.fired_ms - f.due_ms
+    );
+    let m = tokio::time::timeout(WAIT, dlq.recv())
+        .await
+        .expect("a dead letter within 30 s")
+        .expect("dead letter");
+    let h: HashMap<String, String> = m
+        .headers()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x.key.to_string(),
+                String::from_utf8_lossy(x.value.unwrap()).into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(h["ktimer-timer-id"], "doomed");
+    assert_eq!(h["ktimer-origin"], k.fired_topic);
+    assert_eq!(h["ktimer-due-ms"], due.to_string());
+    assert!(
+        h["ktimer-reason"].contains("not delivered after 1 attempt"),
+        "{h:?}"
+    );
+    assert_eq!(h["ktimer-value-dropped"], "too large");
+
+    let admin = svc.status.borrow().admin_addr.unwrap().to_string();
+    let mut state = String::new();
+    for _ in 0..50 {
+        if let Some((200, body)) = common::world::http_get(&admin, "/timers/doomed") {
+            state = body;
+            if state.contains("DEAD_LETTERED") {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(state.contains("\"state\":\"DEAD_LETTERED\""), "{state}");
+    assert!(state.contains("\"dead_letters\":1"), "{state}");
+    svc.stop().await;
+}

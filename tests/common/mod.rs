@@ -154,7 +154,7 @@ pub fn servers() -> &'static Servers {
     })
 }
 
-fn unique(name: &str) -> String {
+pub fn unique(name: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
     format!(
@@ -197,7 +197,25 @@ impl TestEnv {
 
     /// Like [`TestEnv::new`], on the given servers.
     pub async fn on(s: &Servers, name: &str, partitions: i32, extra: &[&str]) -> TestEnv {
-        let name = unique(name);
+        TestEnv::named(s, &unique(name), partitions, extra, true).await
+    }
+
+    /// Like [`TestEnv::on`], with exactly this name (topics `NAME.commands`...); the
+    /// topics are created unless `create` is false (they exist already).
+    pub async fn named(
+        s: &Servers,
+        name: &str,
+        partitions: i32,
+        extra: &[&str],
+        create: bool,
+    ) -> TestEnv {
+        if let Ok(filter) = std::env::var("KTIMER_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+        let name = name.to_string();
         let mut argv: Vec<String> = [
             "ktimer",
             "run",
@@ -242,9 +260,11 @@ impl TestEnv {
             configs: Default::default(),
         })
         .collect();
-        ktimer::topics::apply(&s.brokers, &specs)
-            .await
-            .expect("create topics");
+        if create {
+            ktimer::topics::apply(&s.brokers, &specs)
+                .await
+                .expect("create topics");
+        }
         let producer = ClientConfig::new()
             .set("bootstrap.servers", &s.brokers)
             .set("linger.ms", "1")

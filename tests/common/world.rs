@@ -23,6 +23,23 @@ fn wait_port_closed(port: u16) {
     panic!("port {port} still open");
 }
 
+/// A plain HTTP/1.0 GET: status and body, if the server answers.
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    Some((code, body))
+}
+
 /// A redis-server of one scenario, optionally with an append-only file.
 pub struct Redis {
     pub port: u16,
@@ -167,19 +184,7 @@ impl Instance {
 
     /// An admin endpoint's status and body, if the instance answers.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.admin_port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        let code = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text
-            .split("\r\n\r\n")
-            .nth(1)
-            .unwrap_or_default()
-            .to_string();
-        Some((code, body))
+        http_get(&format!("127.0.0.1:{}", self.admin_port), path)
     }
 
     /// Waits until the instance joined the group (`/readyz` answers 200).

@@ -1,0 +1,80 @@
+//! Faults only a broker can make, injected with librdkafka's mock cluster (in-process):
+//! produce and offset-commit errors. Redis is the real shared server.
+
+mod common;
+
+use common::checker::{check, commands, gather, spread, Bounds};
+use common::{Servers, TestEnv};
+use ktimer::command::Outcome;
+use ktimer::now_ms;
+use rdkafka::mocking::{MockCluster, MockCoordinator};
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use std::time::Duration;
+
+const MIN: Duration = Duration::from_secs(60);
+
+/// A mock cluster of three brokers whose test topics and group live on broker 1.
+fn cluster(env_name: &str) -> MockCluster<'static, DefaultProducerContext> {
+    let mock = MockCluster::new(3).expect("mock cluster");
+    for role in ["commands", "results", "fired", "dlq"] {
+        let topic = format!("{env_name}.{role}");
+        mock.create_topic(&topic, 2, 1).expect("mock topic");
+        for p in 0..2 {
+            mock.partition_leader(&topic, p, Some(1)).expect("leader");
+        }
+    }
+    mock
+}
+
+async fn env_on(
+    mock: &MockCluster<'static, DefaultProducerContext>,
+    name: &str,
+    extra: &[&str],
+) -> TestEnv {
+    let servers = Servers {
+        redis_url: common::servers().redis_url.clone(),
+        brokers: mock.bootstrap_servers(),
+    };
+    let env = TestEnv::named(&servers, name, 2, extra, false).await;
+    mock.coordinator(MockCoordinator::Group(env.args.group_id.clone()), 1)
+        .expect("coordinator");
+    env
+}
+
+/// 7. Produce and offset-commit errors injected while timers fire: nothing is removed
+/// from the in-flight set before the broker acknowledged it, so nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_produce_and_commit_errors_lose_nothing() {
+    let name = common::unique("mockerr");
+    let mock = cluster(&name);
+    let env = env_on(&mock, &name, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let expected = spread("m", 1_000, now_ms() + 2_500, 5_000);
+    env.send_many(&commands(&expected)).await;
+    let rs = got.results(expected.len(), MIN).await;
+    assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted));
+    tokio::time::sleep_until(tokio::time::Instant::now() + Duration::from_millis(3_000)).await;
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 25],
+    );
+    mock.request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT; 10],
+    );
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
+    check(
+        "7 injected produce and commit errors",
+        &expected,
+        &fires,
+        &Bounds {
+            // The idempotent producer retries these itself: no duplicates expected, and
+            // 25 errors at librdkafka's retry backoff cost seconds, not more.
+            duplicates: 0,
+            lateness_ms: 10_000,
+        },
+    );
+    svc.stop().await;
+}
