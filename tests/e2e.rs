@@ -151,7 +151,7 @@ async fn a_timer_due_in_the_past_fires_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_rejected_with_a_reason_and_the_partition_moves_on() {
-    let env = TestEnv::new("bad", 1, &[]).await;
+    let env = TestEnv::new("bad", 1, &["--max-payload-bytes", "2000000"]).await;
     let mut got = env.collect();
     let svc = env.start().await;
     env.send_raw(Some("junk"), &[0xde, 0xad, 0xbe, 0xef], None)
@@ -173,13 +173,32 @@ async fn bad_input_is_rejected_with_a_reason_and_the_partition_moves_on() {
     )
     .await;
     env.send_raw(Some("trunc"), &[0xC3, 0x01, 1, 2], None).await;
+    let mut zero = once_at("zero", 0, "");
+    zero.at_ms = Some(0);
+    let mut overflow = once_at("overflow", 0, "");
+    overflow.at_ms = None;
+    overflow.delay_ms = Some(i64::MAX);
+    let centuries = once_at("centuries", now_ms() + 300 * 366 * 86_400_000, "");
+    let mut nowhere = once_at("nowhere", now_ms() + 100, "");
+    nowhere.callback.as_mut().unwrap().topic = Some(format!("{}.no-such-topic", env.name));
+    let mut huge = once_at("huge", now_ms() + 100, "");
+    huge.callback.as_mut().unwrap().payload = vec![b'x'; 999_000];
+    let mut badcron = common::cron("badcron", "61 * * * * *", "");
+    badcron.time_zone = Some("Mars/Olympus".into());
+    let mut badzone = common::cron("badzone", "* * * * * *", "");
+    badzone.time_zone = Some("Mars/Olympus".into());
+    for c in [
+        &zero, &overflow, &centuries, &nowhere, &huge, &badcron, &badzone,
+    ] {
+        env.send(c, None).await;
+    }
     // A valid hand-written JSON command after all of that still works.
     let json = format!(
         r#"{{"request_id":"r-ok","timer_id":"ok","kind":"create_once","at_ms":{},"callback":{{"payload":"fine","mode":"RAW"}}}}"#,
         now_ms() + 100
     );
     env.send_raw(Some("ok"), json.as_bytes(), None).await;
-    let r = got.results(6, WAIT).await;
+    let r = got.results(13, WAIT).await;
     let reason = |i: usize| r[i].reason.clone().unwrap_or_default();
     for (i, want) in [
         (0, "unrecognised encoding"),
@@ -187,6 +206,13 @@ async fn bad_input_is_rejected_with_a_reason_and_the_partition_moves_on() {
         (2, "must not be negative"),
         (3, "no key"),
         (4, "truncated"),
+        (5, "must be a positive"),
+        (6, "overflows"),
+        (7, "days ahead"),
+        (8, "does not exist"),
+        (9, "larger than"),
+        (10, "cron"),
+        (11, "time zone"),
     ] {
         assert_eq!(r[i].outcome, Outcome::Rejected, "{:?}", r[i]);
         assert!(
@@ -200,7 +226,7 @@ async fn bad_input_is_rejected_with_a_reason_and_the_partition_moves_on() {
         Some("junk"),
         "the key identifies undecodable commands"
     );
-    assert_eq!(r[5].outcome, Outcome::Accepted, "{:?}", r[5]);
+    assert_eq!(r[12].outcome, Outcome::Accepted, "{:?}", r[12]);
     let f = got.fires(1, WAIT).await.remove(0);
     assert_eq!(
         (f.timer_id.as_str(), f.payload.as_slice()),
