@@ -381,10 +381,19 @@ impl Intake {
             }
             handled.push(h);
         }
-        let Some(applied) = self.retry("apply", || self.store.apply(&requests)).await else {
+        let mut marks: Vec<(i32, i64, i64)> = Vec::new();
+        for h in &handled {
+            match marks.iter_mut().find(|m| m.0 == h.partition) {
+                Some(m) => m.2 = m.2.max(h.offset),
+                None => marks.push((h.partition, owned[&h.partition].epoch, h.offset)),
+            }
+        }
+        let Some((applied, mut fenced)) = self
+            .retry("apply", || self.store.apply(&requests, &marks))
+            .await
+        else {
             return;
         };
-        let mut fenced = Vec::new();
         for ((slot, req), a) in slots.into_iter().zip(&requests).zip(applied) {
             if a.code == "fenced" {
                 fenced.push(req.partition);
@@ -393,18 +402,6 @@ impl Intake {
             self.notify(owned, req, &a);
             fill(&mut handled[slot].result, a);
         }
-        let mut marks: Vec<(i32, i64, i64)> = Vec::new();
-        for h in &handled {
-            match marks.iter_mut().find(|m| m.0 == h.partition) {
-                Some(m) => m.2 = m.2.max(h.offset),
-                None => marks.push((h.partition, owned[&h.partition].epoch, h.offset)),
-            }
-        }
-        marks.retain(|m| !fenced.contains(&m.0));
-        let Some(moved) = self.retry("mark", || self.store.mark_handled(&marks)).await else {
-            return;
-        };
-        fenced.extend(moved);
         fenced.sort_unstable();
         fenced.dedup();
         for (p, _, off) in &marks {

@@ -12,6 +12,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::future_producer::Delivery;
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,9 +124,9 @@ impl Sink {
     /// Enqueues the record of `fire` (as `stamp` says) to its callback topic.
     pub async fn send_fire(&self, fire: &Fire, stamp: Stamp) -> Result<DeliveryFuture, SinkError> {
         let r = self.fire_record(fire, stamp).await?;
-        let rec = FutureRecord::to(&r.topic)
-            .key(r.key.as_slice())
-            .payload(r.value.as_slice())
+        let rec = FutureRecord::to(r.topic)
+            .key(r.key)
+            .payload(r.value.as_ref())
             .headers(r.headers);
         self.enqueue(rec).await
     }
@@ -142,12 +143,12 @@ impl Sink {
     ) -> Result<DeliveryFuture, SinkError> {
         let r = self.fire_record(fire, stamp).await?;
         let rec = FutureRecord::to(&self.topics.dead_letter)
-            .key(r.key.as_slice())
-            .payload(r.value.as_slice())
+            .key(r.key)
+            .payload(r.value.as_ref())
             .headers(
                 r.headers
                     .insert(header("ktimer-reason", reason))
-                    .insert(header("ktimer-origin", &r.topic)),
+                    .insert(header("ktimer-origin", r.topic)),
             );
         match self.enqueue(rec).await {
             Err(SinkError::Kafka(KafkaError::MessageProduction(
@@ -161,7 +162,7 @@ impl Sink {
                     .insert(header(headers::TIMER_ID, &fire.timer_id))
                     .insert(header(headers::DUE_MS, &due))
                     .insert(header("ktimer-reason", reason))
-                    .insert(header("ktimer-origin", &r.topic))
+                    .insert(header("ktimer-origin", r.topic))
                     .insert(header("ktimer-value-dropped", "too large"));
                 let rec = FutureRecord::<[u8], [u8]>::to(&self.topics.dead_letter)
                     .key(fire.timer_id.as_bytes())
@@ -173,20 +174,21 @@ impl Sink {
     }
 
     /// Builds the record of a fire: topic, key, value (raw payload or envelope), headers.
-    async fn fire_record(&self, fire: &Fire, stamp: Stamp) -> Result<FireRecord, SinkError> {
+    async fn fire_record<'a>(
+        &'a self,
+        fire: &'a Fire,
+        stamp: Stamp,
+    ) -> Result<FireRecord<'a>, SinkError> {
         let Stamp {
             attempt,
             fired_ms,
             epoch,
         } = stamp;
         let cb = &fire.def.callback;
-        let topic = cb
-            .topic
-            .clone()
-            .unwrap_or_else(|| self.topics.fired.clone());
+        let topic = cb.topic.as_deref().unwrap_or(&self.topics.fired);
         let id = fire_id(&fire.timer_id, fire.version, fire.due_ms);
         let value = match cb.mode {
-            DeliveryMode::Raw => cb.payload.clone(),
+            DeliveryMode::Raw => Cow::Borrowed(cb.payload.as_slice()),
             DeliveryMode::Envelope => {
                 let ev = FiredEvent {
                     fire_id: id.clone(),
@@ -198,7 +200,7 @@ impl Sink {
                     attempt,
                     payload: cb.payload.clone(),
                 };
-                self.codec.encode_fired(&ev, &topic).await?
+                Cow::Owned(self.codec.encode_fired(&ev, topic).await?)
             }
         };
         let (due, fired, att, ep) = (
@@ -219,10 +221,7 @@ impl Sink {
         for (k, v) in &cb.headers {
             h = h.insert(header(k, v));
         }
-        let key = cb
-            .key
-            .clone()
-            .unwrap_or_else(|| fire.timer_id.as_bytes().to_vec());
+        let key = cb.key.as_deref().unwrap_or(fire.timer_id.as_bytes());
         Ok(FireRecord {
             topic,
             key,
@@ -304,11 +303,11 @@ pub struct Stamp {
     pub epoch: i64,
 }
 
-/// A fire's record before it is enqueued.
-struct FireRecord {
-    topic: String,
-    key: Vec<u8>,
-    value: Vec<u8>,
+/// A fire's record before it is enqueued (borrowing from the fire where it can).
+struct FireRecord<'a> {
+    topic: &'a str,
+    key: &'a [u8],
+    value: Cow<'a, [u8]>,
     headers: OwnedHeaders,
 }
 

@@ -172,6 +172,7 @@ pub fn spawn(
         stale: metrics.fires.with_label_values(&["stale"]),
         dead_lettered: metrics.fires.with_label_values(&["dead_lettered"]),
         confirmed: std::time::Instant::now(),
+        undeliverable: 0,
         partition,
         epoch,
         store,
@@ -219,6 +220,8 @@ struct Trigger {
     dead_lettered: IntCounter,
     /// When an epoch-checked call last succeeded (see [`LEASE`]).
     confirmed: std::time::Instant,
+    /// Fires routed to the dead-letter topic so far (for sparse logging).
+    undeliverable: u32,
 }
 
 impl Trigger {
@@ -271,16 +274,12 @@ impl Trigger {
     }
 
     fn push(&mut self, fire: Fire, attempt: i32) {
-        let at = fire.due_ms;
-        let dead = None;
-        self.requeue(
-            at,
-            Pending {
-                fire,
-                attempt,
-                dead,
-            },
-        );
+        let pending = Pending {
+            attempt,
+            dead: None,
+            fire,
+        };
+        self.requeue(pending.fire.due_ms, pending);
     }
 
     fn in_flight_gauge(&self) {
@@ -408,8 +407,12 @@ impl Trigger {
         let p = self.partition;
         if pending.dead.is_none() && (!e.is_retryable() || pending.attempt >= self.cfg.max_attempts)
         {
-            tracing::warn!(partition = p, error = %e, attempt = pending.attempt,
-                "fire undeliverable: sending it to the dead-letter topic");
+            self.undeliverable += 1;
+            if retry::worth_logging(self.undeliverable) {
+                tracing::warn!(partition = p, error = %e, attempt = pending.attempt,
+                    undeliverable = self.undeliverable,
+                    "fire undeliverable: sending it to the dead-letter topic");
+            }
             pending.dead = Some(format!(
                 "not delivered after {} attempt(s): {e}",
                 pending.attempt

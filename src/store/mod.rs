@@ -21,7 +21,7 @@ use crate::command::MisfirePolicy;
 use crate::schedule::{CronSpec, Occurrences};
 use crate::validate::{Op, Schedule, TimerDef};
 use redis::aio::ConnectionManager;
-use redis::{Pipeline, Script, ScriptInvocation};
+use redis::{FromRedisValue, Pipeline, Script, ScriptInvocation};
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -284,10 +284,17 @@ impl Store {
         Ok(p.query(&mut conn)?)
     }
 
-    /// Applies commands in one pipeline (per-partition order is kept).
-    pub async fn apply(&self, reqs: &[ApplyRequest]) -> Result<Vec<Applied>, StoreError> {
-        if reqs.is_empty() {
-            return Ok(vec![]);
+    /// Applies commands in one pipeline (per-partition order is kept), then records per
+    /// partition the highest offset handled (applied or rejected before Redis) under its
+    /// epoch; `marks` are `(partition, epoch, offset)`. Returns what each command did and
+    /// the partitions whose epoch moved (nothing was recorded for them).
+    pub async fn apply(
+        &self,
+        reqs: &[ApplyRequest],
+        marks: &[(i32, i64, i64)],
+    ) -> Result<(Vec<Applied>, Vec<i32>), StoreError> {
+        if reqs.is_empty() && marks.is_empty() {
+            return Ok((vec![], vec![]));
         }
         let mut p = redis::pipe();
         for r in reqs {
@@ -367,18 +374,6 @@ impl Store {
             }
             p.invoke_script(&inv);
         }
-        let rows: Vec<Vec<String>> = self.run(&p).await?;
-        rows.into_iter().map(parse_applied).collect()
-    }
-
-    /// Records, per partition, the highest offset handled (applied or rejected) under
-    /// its epoch; `marks` are `(partition, epoch, offset)`. Returns the partitions whose
-    /// epoch moved (nothing was recorded for them).
-    pub async fn mark_handled(&self, marks: &[(i32, i64, i64)]) -> Result<Vec<i32>, StoreError> {
-        if marks.is_empty() {
-            return Ok(vec![]);
-        }
-        let mut p = redis::pipe();
         for &(partition, epoch, offset) in marks {
             let k = self.keys(partition);
             let mut inv = self.scripts.mark.prepare_invoke();
@@ -388,13 +383,20 @@ impl Store {
                 .arg(offset);
             p.invoke_script(&inv);
         }
-        let codes: Vec<i64> = self.run(&p).await?;
-        Ok(marks
-            .iter()
-            .zip(codes)
-            .filter(|(_, c)| *c < 0)
-            .map(|(m, _)| m.0)
-            .collect())
+        let mut replies: Vec<redis::Value> = self.run(&p).await?;
+        let codes = replies.split_off(reqs.len());
+        let bad = |e: redis::ParsingError| StoreError::Reply(e.to_string());
+        let applied = replies
+            .into_iter()
+            .map(|v| parse_applied(Vec::<String>::from_redis_value(v).map_err(bad)?))
+            .collect::<Result<_, _>>()?;
+        let mut moved = Vec::new();
+        for (m, v) in marks.iter().zip(codes) {
+            if i64::from_redis_value(v).map_err(bad)? < 0 {
+                moved.push(m.0);
+            }
+        }
+        Ok((applied, moved))
     }
 
     /// When the migrator must extend a window materialised up to `o.covered_ms`: halfway
