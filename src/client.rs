@@ -9,6 +9,7 @@ use crate::now_ms;
 use crate::service::client_config;
 use crate::sink::headers;
 use anyhow::Context;
+use rdkafka::config::FromClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -177,7 +178,7 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
     } else {
         args.topics.clone()
     };
-    let consumer = assigned_consumer(k, &topics, args.from_beginning)?;
+    let consumer: StreamConsumer = assigned_consumer(k, &topics, args.from_beginning)?;
     eprintln!("tailing {} (ctrl-c to stop)", topics.join(", "));
     let mut seen = 0u64;
     let idle = Duration::from_millis(args.idle_exit_ms.unwrap_or(u64::MAX / 4));
@@ -202,12 +203,12 @@ pub async fn tail(args: TailArgs) -> anyhow::Result<()> {
 
 /// A consumer assigned to every partition of `topics` at their end (or beginning),
 /// with the positions resolved before it returns: nothing produced later is missed.
-pub fn assigned_consumer(
+pub fn assigned_consumer<C: Consumer + FromClientConfig>(
     k: &KafkaArgs,
     topics: &[String],
     from_beginning: bool,
-) -> anyhow::Result<StreamConsumer> {
-    let consumer: StreamConsumer = client_config(k)
+) -> anyhow::Result<C> {
+    let consumer: C = client_config(k)
         .set("group.id", format!("ktimer-tail-{}", unique()))
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "10")

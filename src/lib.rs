@@ -21,6 +21,7 @@
 //!   [`retry`]: the backoff every retry loop shares.
 //! - [`topics`]: topic declarations (`topics/`) and `ktimer topics apply`.
 //! - [`service`]: wires it all; [`client`]: `ktimer send` and `ktimer tail`.
+//! - [`bench`]: `ktimer bench`, throughput and lateness against a pass-through baseline.
 //!
 //! Delivery is at-least-once and never early: a fire is claimed into an in-flight set
 //! before it is produced and leaves it only when the broker acknowledged the record; a
@@ -28,6 +29,7 @@
 //! acknowledged.
 
 pub mod admin;
+pub mod bench;
 pub mod catalog;
 pub mod client;
 pub mod codec;

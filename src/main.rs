@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use ktimer::config::{Cli, Command, TopicsApplyArgs, TopicsCommand};
-use ktimer::{client, service, shutdown, topics};
+use ktimer::{bench, client, service, shutdown, topics};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
@@ -28,6 +28,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Topics(TopicsCommand::Apply(args)) => apply_topics(args).await,
         Command::Send(args) => client::send(args).await,
         Command::Tail(args) => client::tail(args).await,
+        Command::Bench(args) => bench::run(args, shutdown::on_signals()).await,
     }
 }
 

@@ -100,16 +100,7 @@ impl Sink {
         codec: Arc<Codec>,
         topics: SinkTopics,
     ) -> Result<Sink, SinkError> {
-        let mut cfg = ClientConfig::new();
-        cfg.set("bootstrap.servers", brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "1")
-            .set("message.timeout.ms", "30000")
-            .set("queue.buffering.max.messages", "1000000");
-        for (k, v) in extra {
-            cfg.set(k, v);
-        }
+        let cfg = producer_config(brokers, extra);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .or_else(|_| std::env::var("HOSTNAME"))
             .unwrap_or_else(|_| "localhost".into());
@@ -290,6 +281,22 @@ impl Sink {
             tracing::warn!(error = %e, "producer flush incomplete");
         }
     }
+}
+
+/// The producer configuration of the sink (also the bench's pass-through baseline):
+/// idempotent, `acks=all`, 1 ms linger; `extra` properties override.
+pub fn producer_config(brokers: &str, extra: &[(String, String)]) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("message.timeout.ms", "30000")
+        .set("queue.buffering.max.messages", "1000000");
+    for (k, v) in extra {
+        cfg.set(k, v);
+    }
+    cfg
 }
 
 /// How a fire is being produced.

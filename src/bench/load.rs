@@ -1,0 +1,181 @@
+//! The bench's load: timer commands produced at a chosen rate.
+
+use super::observe::Progress;
+use crate::codec::Codec;
+use crate::command::{Callback, CommandKind, DeliveryMode, TimerCommand};
+use crate::config::KafkaArgs;
+use crate::now_ms;
+use crate::service::client_config;
+use crate::sink::delivered;
+use anyhow::Context;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A set of one-shot timers: ids `prefix{i}`, due at `dues[i]`, delivering `payload`
+/// raw to `callback`.
+pub struct Plan {
+    /// Timer id prefix.
+    pub prefix: String,
+    /// Due time of each timer, Unix ms.
+    pub dues: Arc<Vec<i64>>,
+    /// Payload of every timer.
+    pub payload: Vec<u8>,
+    /// Callback topic.
+    pub callback: String,
+}
+
+impl Plan {
+    /// The create command of timer `i`.
+    pub fn create(&self, i: usize) -> TimerCommand {
+        let id = format!("{}{i}", self.prefix);
+        let mut cmd = TimerCommand::new(CommandKind::CreateOnce, &id, &id);
+        cmd.at_ms = Some(self.dues[i]);
+        cmd.callback = Some(Callback {
+            topic: Some(self.callback.clone()),
+            payload: self.payload.clone(),
+            mode: DeliveryMode::Raw,
+            ..Callback::default()
+        });
+        cmd
+    }
+
+    /// The cancel command of timer `i`.
+    pub fn cancel(&self, i: usize) -> TimerCommand {
+        let id = format!("{}{i}", self.prefix);
+        TimerCommand::new(CommandKind::Cancel, &id, &format!("{id}-cancel"))
+    }
+}
+
+/// How producing went.
+#[derive(Debug)]
+pub struct Produced {
+    /// When the first command was produced, Unix ms.
+    pub started_ms: i64,
+    /// When the broker had acknowledged the last, Unix ms.
+    pub finished_ms: i64,
+    /// Commands the broker did not take, and the first error.
+    pub failed: usize,
+    /// The first production error.
+    pub first_error: Option<String>,
+}
+
+/// The bench's producer of commands (idempotent, batching).
+pub fn producer(kafka: &KafkaArgs) -> anyhow::Result<FutureProducer> {
+    client_config(kafka)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .context("creating the bench producer")
+}
+
+/// One record to produce.
+pub struct Rec {
+    /// Key.
+    pub key: String,
+    /// Value.
+    pub value: Vec<u8>,
+    /// Headers, if any.
+    pub headers: Option<OwnedHeaders>,
+}
+
+/// Produces `n` commands `make(i)` to the commands topic (encoded as `codec` encodes
+/// them), at most `rate` per second (0: as fast as the producer takes them), and waits
+/// until the broker acknowledged them all.
+pub async fn produce_commands(
+    kafka: &KafkaArgs,
+    codec: &Codec,
+    n: usize,
+    rate: u64,
+    progress: &Progress,
+    make: impl Fn(usize) -> TimerCommand,
+) -> anyhow::Result<Produced> {
+    let topic = kafka.commands_topic.as_str();
+    let producer = producer(kafka)?;
+    produce(&producer, topic, n, rate, progress, |i| {
+        let cmd = make(i);
+        async move {
+            let value = codec.encode_command(&cmd, topic).await?;
+            Ok(Rec {
+                key: cmd.timer_id,
+                value,
+                headers: None,
+            })
+        }
+    })
+    .await
+}
+
+/// Produces `n` records `make(i)` to `topic`, at most `rate` per second (0: as fast as
+/// the producer takes them), and waits until the broker acknowledged them all.
+pub async fn produce<F>(
+    producer: &FutureProducer,
+    topic: &str,
+    n: usize,
+    rate: u64,
+    progress: &Progress,
+    make: impl Fn(usize) -> F,
+) -> anyhow::Result<Produced>
+where
+    F: std::future::Future<Output = anyhow::Result<Rec>>,
+{
+    let mut acks = FuturesUnordered::new();
+    let mut out = Produced {
+        started_ms: now_ms(),
+        finished_ms: 0,
+        failed: 0,
+        first_error: None,
+    };
+    let settle = |r: Result<_, _>, out: &mut Produced| {
+        if let Err(e) = r {
+            out.failed += 1;
+            out.first_error.get_or_insert_with(|| format!("{e}"));
+        }
+    };
+    let start = tokio::time::Instant::now();
+    for i in 0..n {
+        if rate > 0 && i % 64 == 0 {
+            let at = start + Duration::from_secs_f64(i as f64 / rate as f64);
+            tokio::time::sleep_until(at).await;
+        }
+        let r = make(i).await?;
+        let mut rec = FutureRecord::to(topic)
+            .key(r.key.as_str())
+            .payload(&r.value);
+        if let Some(h) = r.headers {
+            rec = rec.headers(h);
+        }
+        loop {
+            match producer.send_result(rec) {
+                Ok(f) => {
+                    acks.push(delivered(f));
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    rec = r;
+                    match acks.next().await {
+                        Some(r) => settle(r, &mut out),
+                        None => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
+                Err((e, _)) => return Err(e).context("producing"),
+            }
+        }
+        progress.produced.fetch_add(1, Ordering::Relaxed);
+        while let Some(Some(r)) = acks.next().now_or_never() {
+            settle(r, &mut out);
+        }
+    }
+    while let Some(r) = acks.next().await {
+        settle(r, &mut out);
+    }
+    out.finished_ms = now_ms();
+    Ok(out)
+}

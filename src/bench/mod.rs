@@ -1,0 +1,280 @@
+//! `ktimer bench`: measures ktimer end to end on a real broker and Redis.
+//!
+//! A run has three phases, each with a progress line on stderr:
+//! 1. **pending**: `--pending` one-shot timers due 1 to 25 hours ahead (empty payload) are
+//!    produced as fast as the producer goes; the command intake rate (accepted results
+//!    per second) and Redis `used_memory` per timer are measured. They stay pending
+//!    through the next phases (the load the fire test must not feel).
+//! 2. **fire**: `--timers` timers due `--due spread` (evenly over `--window-ms`) or
+//!    `--due burst` (all in one millisecond), produced at `--rate`. The fired records
+//!    are read back: fire lateness (ktimer's produce time, header `ktimer-fired-ms`,
+//!    minus due), delivery lateness (received minus due), early, missing, duplicates.
+//! 3. **baseline**: the same number of records shaped like fired records go through a
+//!    plain consume-then-produce pipe ([`pipe`]) on the same broker; ktimer's delivered
+//!    fire rate is reported as a ratio of the pipe's rate.
+//!
+//! The run's topics are fresh (`ktimer-bench-RUN.*`), its instances are started in this
+//! process (or `--instances 0` uses running ones), and everything it created is deleted
+//! at the end unless `--keep`. The report goes to stdout and to `--out` as JSON plus an
+//! SVG histogram. The command fails when a timer fired early or never.
+
+pub mod load;
+pub mod observe;
+pub mod pipe;
+pub mod report;
+pub mod setup;
+pub mod svg;
+
+use crate::codec::Codec;
+use crate::config::{BenchArgs, BenchDue};
+use crate::now_ms;
+use crate::shutdown::CancellationToken;
+use hdrhistogram::Histogram;
+use load::Plan;
+use observe::{Answers, Count, Fires, Progress, Tap};
+use report::{per_second, BaselineReport, FireReport, PendingReport, Percentiles, Report};
+use setup::Env;
+use std::sync::Arc;
+use tokio::time::{Duration, Instant};
+
+/// Pending timers are due between these many ms from now and a day later.
+const PENDING_FROM_MS: i64 = 3_600_000;
+const DAY_MS: i64 = 86_400_000;
+
+/// Runs the bench; returns an error if it could not run, or if a timer fired early or
+/// never.
+pub async fn run(args: BenchArgs, token: CancellationToken) -> anyhow::Result<()> {
+    anyhow::ensure!(args.timers > 0, "--timers must be at least 1");
+    let run = setup::run_id();
+    let env = Env::prepare(&args, &run).await?;
+    let progress = Arc::new(Progress::default());
+    let ticker_stop = CancellationToken::new();
+    let ticker = progress.clone().print_every_second(ticker_stop.clone());
+    let codec = Arc::new(Codec::new(env.kafka.schema_registry_url.as_deref())?);
+    let outcome = tokio::select! {
+        r = phases(&args, &env, &progress, &codec) => r,
+        _ = token.cancelled() => Err(anyhow::anyhow!("interrupted")),
+    };
+    if env.prefix.is_none() && args.pending > 0 && !args.keep {
+        // Running instances keep their keys: cancel the pending timers instead.
+        progress.phase("clean-up", args.pending);
+        let plan = pending_plan(&env, args.pending);
+        if let Err(e) =
+            load::produce_commands(&env.kafka, &codec, args.pending, 0, &progress, |i| {
+                plan.cancel(i)
+            })
+            .await
+        {
+            eprintln!("bench: cancelling the pending timers failed: {e:#}");
+        }
+    }
+    ticker_stop.cancel();
+    let _ = ticker.await;
+    env.teardown(args.keep).await;
+    let (report, fire, delivery) = outcome?;
+    let (json, svg) = report.write(&args.out, &fire, &delivery)?;
+    print!("{}", report.text());
+    println!("report: {} and {}", json.display(), svg.display());
+    let f = &report.fire;
+    anyhow::ensure!(
+        f.early == 0 && f.missing == 0,
+        "{} timer(s) fired early and {} never fired",
+        f.early,
+        f.missing
+    );
+    Ok(())
+}
+
+type Outcome = (Report, Histogram<u64>, Histogram<u64>);
+
+async fn phases(
+    args: &BenchArgs,
+    env: &Env,
+    progress: &Arc<Progress>,
+    codec: &Arc<Codec>,
+) -> anyhow::Result<Outcome> {
+    let pending = match args.pending {
+        0 => None,
+        n => Some(pending_phase(env, n, progress, codec).await?),
+    };
+    let (fire, fires) = fire_phase(args, env, progress, codec).await?;
+    let baseline = if args.no_baseline {
+        None
+    } else {
+        let rate = baseline_phase(env, args, progress).await?;
+        Some(BaselineReport {
+            records: args.timers,
+            rate_per_s: rate,
+            ratio: ((fire.delivery_rate_per_s / rate) * 100.0).round() / 100.0,
+        })
+    };
+    let mut report = Report {
+        run: env.run.clone(),
+        settings: serde_json::json!({
+            "brokers": env.kafka.brokers,
+            "redis_url": args.redis_url,
+            "instances": args.instances,
+            "partitions": args.partitions,
+            "timers": args.timers,
+            "due": args.due,
+            "window_ms": args.window_ms,
+            "rate": args.rate,
+            "payload_bytes": args.payload_bytes,
+            "pending": args.pending,
+            "instance_args": args.instance_args,
+        }),
+        pending,
+        fire,
+        baseline,
+        checks: Vec::new(),
+    };
+    let offered = match args.due {
+        BenchDue::Burst => f64::INFINITY,
+        BenchDue::Spread => args.timers as f64 * 1000.0 / args.window_ms.max(1) as f64,
+    };
+    report.judge(args.due == BenchDue::Burst, offered);
+    Ok((report, fires.fire_lateness, fires.delivery_lateness))
+}
+
+fn pending_plan(env: &Env, n: usize) -> Plan {
+    let from = now_ms() + PENDING_FROM_MS;
+    Plan {
+        prefix: format!("b{}-p-", env.run),
+        dues: Arc::new(
+            (0..n)
+                .map(|i| from + (i as i64 * DAY_MS) / n as i64)
+                .collect(),
+        ),
+        payload: Vec::new(),
+        callback: env.callback.clone(),
+    }
+}
+
+async fn pending_phase(
+    env: &Env,
+    n: usize,
+    progress: &Arc<Progress>,
+    codec: &Arc<Codec>,
+) -> anyhow::Result<PendingReport> {
+    progress.phase("pending", n);
+    let before = env.used_memory().await?;
+    let plan = pending_plan(env, n);
+    let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
+    let tap = Tap::start(&env.kafka, &env.kafka.results_topic, answers)?;
+    let produced =
+        load::produce_commands(&env.kafka, codec, n, 0, progress, |i| plan.create(i)).await?;
+    anyhow::ensure!(
+        produced.failed == 0,
+        "{} pending commands not produced: {:?}",
+        produced.failed,
+        produced.first_error
+    );
+    let deadline = Instant::now() + Duration::from_secs(60 + (n / 5_000) as u64);
+    let (answers, _) = tap.finish(deadline).await?;
+    let after = env.used_memory().await?;
+    Ok(PendingReport {
+        timers: n,
+        accepted: answers.accepted,
+        intake_per_s: per_second(answers.accepted, produced.started_ms, answers.last_ms),
+        refused: answers.refused,
+        redis_bytes_before: before,
+        redis_bytes_after: after,
+        bytes_per_timer: ((after.saturating_sub(before)) as f64 / answers.accepted.max(1) as f64)
+            .round(),
+    })
+}
+
+async fn fire_phase(
+    args: &BenchArgs,
+    env: &Env,
+    progress: &Arc<Progress>,
+    codec: &Arc<Codec>,
+) -> anyhow::Result<(FireReport, Fires)> {
+    let n = args.timers;
+    progress.phase("fire", n);
+    let per_s = if args.rate > 0 { args.rate } else { 30_000 };
+    let lead = args
+        .lead_ms
+        .unwrap_or(n as i64 * 1000 / per_s as i64 + 3_000);
+    let start = now_ms();
+    let t0 = start + lead;
+    let dues: Vec<i64> = match args.due {
+        BenchDue::Burst => vec![t0; n],
+        BenchDue::Spread => (0..n)
+            .map(|i| t0 + i as i64 * args.window_ms / n as i64)
+            .collect(),
+    };
+    let last_due = *dues.last().unwrap_or(&t0);
+    let plan = Plan {
+        prefix: format!("b{}-f-", env.run),
+        dues: Arc::new(dues),
+        payload: vec![b'x'; args.payload_bytes],
+        callback: env.callback.clone(),
+    };
+    let answers = Tap::start(
+        &env.kafka,
+        &env.kafka.results_topic,
+        Answers::new(&plan.prefix, n, codec.clone(), progress.clone()),
+    )?;
+    let fires = Tap::start(
+        &env.kafka,
+        &env.callback,
+        Fires::new(&plan.prefix, plan.dues.clone(), progress.clone()),
+    )?;
+    let produced = load::produce_commands(&env.kafka, codec, n, args.rate, progress, |i| {
+        plan.create(i)
+    })
+    .await?;
+    let until = |ms: i64| Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64);
+    let (answers, _) = answers.finish(until(last_due + args.timeout_ms)).await?;
+    let (fires, _) = fires.finish(until(last_due + args.timeout_ms)).await?;
+    let report = FireReport {
+        timers: n,
+        produce_failed: produced.failed,
+        accepted: answers.accepted,
+        intake_per_s: per_second(answers.accepted, produced.started_ms, answers.last_ms),
+        refused: answers.refused.clone(),
+        lead_ms: lead,
+        answered_before_due_ms: t0 - answers.last_ms,
+        fired: fires.unique,
+        missing: fires.missing(),
+        early: fires.early,
+        duplicates: fires.duplicates,
+        fire_rate_per_s: per_second(fires.unique, t0, fires.last_fired_ms),
+        delivery_rate_per_s: per_second(fires.unique, t0, fires.last_received_ms),
+        fire_lateness_ms: Percentiles::of(&fires.fire_lateness),
+        delivery_lateness_ms: Percentiles::of(&fires.delivery_lateness),
+    };
+    Ok((report, fires))
+}
+
+/// Fills the pipe's input, runs the pipe, returns its rate (records/s).
+async fn baseline_phase(
+    env: &Env,
+    args: &BenchArgs,
+    progress: &Arc<Progress>,
+) -> anyhow::Result<f64> {
+    let n = args.timers;
+    progress.phase("baseline", n);
+    let payload = vec![b'x'; args.payload_bytes];
+    let prefix = format!("b{}-x-", env.run);
+    let filled = pipe::fill(&env.kafka, &env.pipe_in, n, &prefix, &payload, progress).await?;
+    anyhow::ensure!(
+        filled.failed == 0,
+        "baseline input not produced: {:?}",
+        filled.first_error
+    );
+    let count = Tap::start(&env.kafka, &env.pipe_out, Count::new(n, progress.clone()))?;
+    let start = now_ms();
+    let limit = Duration::from_millis(args.timeout_ms.max(1) as u64);
+    tokio::time::timeout(limit, pipe::run(&env.kafka, &env.pipe_in, &env.pipe_out, n))
+        .await
+        .map_err(|_| anyhow::anyhow!("the baseline pipe did not finish within {limit:?}"))??;
+    let (count, done) = count.finish(Instant::now() + limit).await?;
+    anyhow::ensure!(
+        done,
+        "the baseline pipe delivered {} of {n} records",
+        count.received
+    );
+    Ok(per_second(n, start, count.last_ms))
+}

@@ -1,0 +1,280 @@
+//! The bench's report: figures, target checks, the JSON file and the histogram picture.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Percentiles of a latency distribution, ms.
+#[derive(Debug, Clone, Serialize)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// Largest.
+    pub max: u64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl Percentiles {
+    /// The percentiles of `h`.
+    pub fn of(h: &Histogram<u64>) -> Percentiles {
+        Percentiles {
+            count: h.len(),
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            mean: (h.mean() * 100.0).round() / 100.0,
+        }
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "p50 {} | p90 {} | p99 {} | p99.9 {} | max {} ms",
+            self.p50, self.p90, self.p99, self.p999, self.max
+        )
+    }
+}
+
+/// The pending-timers phase: intake and Redis memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingReport {
+    /// Timers produced (due in a day, empty payload).
+    pub timers: usize,
+    /// Commands accepted.
+    pub accepted: usize,
+    /// Other answers, by reason.
+    pub refused: BTreeMap<String, usize>,
+    /// Accepted commands per second, from the first produced to the last answer.
+    pub intake_per_s: f64,
+    /// Redis `used_memory` before, bytes.
+    pub redis_bytes_before: u64,
+    /// Redis `used_memory` once all were accepted, bytes.
+    pub redis_bytes_after: u64,
+    /// (after - before) / accepted.
+    pub bytes_per_timer: f64,
+}
+
+/// The fire phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct FireReport {
+    /// Timers produced.
+    pub timers: usize,
+    /// Commands the broker did not take.
+    pub produce_failed: usize,
+    /// Commands accepted.
+    pub accepted: usize,
+    /// Other answers, by reason.
+    pub refused: BTreeMap<String, usize>,
+    /// Accepted commands per second.
+    pub intake_per_s: f64,
+    /// Ms between the start of production and the first due time.
+    pub lead_ms: i64,
+    /// Ms between the last answer and the first due time (negative: some commands were
+    /// accepted after timers were due, which makes them late through no fault of firing).
+    pub answered_before_due_ms: i64,
+    /// Timers fired at least once.
+    pub fired: usize,
+    /// Timers never fired (within the timeout).
+    pub missing: usize,
+    /// Records produced or received before their due time.
+    pub early: usize,
+    /// Records beyond the first of a timer.
+    pub duplicates: usize,
+    /// Timers per second from the first due time to the last fire (for a spread, about
+    /// the offered rate; for a burst, the capacity).
+    pub fire_rate_per_s: f64,
+    /// Timers per second from the first due time to the last received.
+    pub delivery_rate_per_s: f64,
+    /// Fire time (ktimer's produce time) minus due time.
+    pub fire_lateness_ms: Percentiles,
+    /// Time the bench received the record minus due time.
+    pub delivery_lateness_ms: Percentiles,
+}
+
+/// The pass-through baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineReport {
+    /// Records piped.
+    pub records: usize,
+    /// Records per second from the pipe's start to the last received.
+    pub rate_per_s: f64,
+    /// ktimer's delivered fire rate / this rate.
+    pub ratio: f64,
+}
+
+/// One target of the issue, checked where the run's shape allows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// What is checked.
+    pub what: String,
+    /// The measured figure.
+    pub measured: String,
+    /// Whether it meets the target.
+    pub met: bool,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Run id.
+    pub run: String,
+    /// The settings of the run.
+    pub settings: serde_json::Value,
+    /// Pending timers, intake and memory (absent with `--pending 0`).
+    pub pending: Option<PendingReport>,
+    /// The fire test.
+    pub fire: FireReport,
+    /// The baseline (absent with `--no-baseline`).
+    pub baseline: Option<BaselineReport>,
+    /// Targets checked.
+    pub checks: Vec<Check>,
+}
+
+/// Per second over a span of ms (at least 1 ms).
+pub fn per_second(n: usize, from_ms: i64, to_ms: i64) -> f64 {
+    (n as f64 * 1000.0 / (to_ms - from_ms).max(1) as f64).round()
+}
+
+fn check(checks: &mut Vec<Check>, what: &str, measured: String, met: bool) {
+    checks.push(Check {
+        what: what.into(),
+        measured,
+        met,
+    });
+}
+
+impl Report {
+    /// Fills `checks` with the targets this run's shape can judge.
+    pub fn judge(&mut self, burst: bool, offered_per_s: f64) {
+        let f = &self.fire;
+        let mut c = Vec::new();
+        check(&mut c, "no early fire", f.early.to_string(), f.early == 0);
+        check(
+            &mut c,
+            "no missing fire",
+            f.missing.to_string(),
+            f.missing == 0,
+        );
+        let (fl, n) = (&f.fire_lateness_ms, f.timers);
+        if burst {
+            check(
+                &mut c,
+                "burst: all fired within 2 s of due",
+                format!("max {} ms", fl.max),
+                fl.max <= 2000,
+            );
+            check(
+                &mut c,
+                "fire rate >= 50,000/s",
+                format!("{:.0}/s", f.fire_rate_per_s),
+                f.fire_rate_per_s >= 50_000.0,
+            );
+            if let Some(b) = &self.baseline {
+                check(
+                    &mut c,
+                    "fire rate >= 0.4 of the pass-through baseline",
+                    format!("{:.2}", b.ratio),
+                    b.ratio >= 0.4,
+                );
+            }
+        } else if offered_per_s >= 10_000.0 && n >= 10_000 {
+            check(
+                &mut c,
+                "steady >= 10k/s: fire lateness p99 <= 5 ms",
+                format!("{} ms", fl.p99),
+                fl.p99 <= 5,
+            );
+            check(
+                &mut c,
+                "steady >= 10k/s: fire lateness p99.9 <= 20 ms",
+                format!("{} ms", fl.p999),
+                fl.p999 <= 20,
+            );
+        }
+        if let Some(p) = &self.pending {
+            check(
+                &mut c,
+                "intake >= 50,000 accepted/s",
+                format!("{:.0}/s", p.intake_per_s),
+                p.intake_per_s >= 50_000.0,
+            );
+            check(
+                &mut c,
+                "Redis <= 256 B per pending timer",
+                format!("{:.0} B", p.bytes_per_timer),
+                p.bytes_per_timer <= 256.0,
+            );
+        }
+        self.checks = c;
+    }
+
+    /// The report for people.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let f = &self.fire;
+        let _ = writeln!(s, "ktimer bench {}", self.run);
+        if let Some(p) = &self.pending {
+            let _ = writeln!(
+                s,
+                "pending  {} timers loaded, {} accepted at {:.0}/s; Redis {:.1} MB -> {:.1} MB = {:.0} B per timer",
+                p.timers,
+                p.accepted,
+                p.intake_per_s,
+                p.redis_bytes_before as f64 / 1e6,
+                p.redis_bytes_after as f64 / 1e6,
+                p.bytes_per_timer
+            );
+        }
+        let _ = writeln!(
+            s,
+            "intake   {} commands, {} accepted at {:.0}/s, last answer {} ms before the first due",
+            f.timers, f.accepted, f.intake_per_s, f.answered_before_due_ms
+        );
+        let _ = writeln!(
+            s,
+            "fired    {} of {}: missing {}, early {}, duplicates {}; fire rate {:.0}/s, delivered {:.0}/s",
+            f.fired, f.timers, f.missing, f.early, f.duplicates, f.fire_rate_per_s, f.delivery_rate_per_s
+        );
+        let _ = writeln!(s, "fire lateness      {}", f.fire_lateness_ms.line());
+        let _ = writeln!(s, "delivery lateness  {}", f.delivery_lateness_ms.line());
+        if let Some(b) = &self.baseline {
+            let _ = writeln!(
+                s,
+                "baseline pass-through pipe {} records at {:.0}/s; ktimer/baseline = {:.2}",
+                b.records, b.rate_per_s, b.ratio
+            );
+        }
+        for c in &self.checks {
+            let mark = if c.met { "ok  " } else { "MISS" };
+            let _ = writeln!(s, "  [{mark}] {}: {}", c.what, c.measured);
+        }
+        s
+    }
+
+    /// Writes `bench-RUN.json` and `bench-RUN.svg` into `dir`; returns their paths.
+    pub fn write(
+        &self,
+        dir: &Path,
+        fire: &Histogram<u64>,
+        delivery: &Histogram<u64>,
+    ) -> anyhow::Result<(PathBuf, PathBuf)> {
+        std::fs::create_dir_all(dir)?;
+        let json = dir.join(format!("bench-{}.json", self.run));
+        std::fs::write(&json, serde_json::to_vec_pretty(self)?)?;
+        let svg = dir.join(format!("bench-{}.svg", self.run));
+        std::fs::write(&svg, super::svg::histogram(self, fire, delivery))?;
+        Ok((json, svg))
+    }
+}

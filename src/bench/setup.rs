@@ -1,0 +1,293 @@
+//! The bench's surroundings: fresh topics, the instances it starts, Redis, clean-up.
+
+use crate::config::{BenchArgs, KafkaArgs, RunArgs};
+use crate::service::{self, Status};
+use crate::shutdown::CancellationToken;
+use crate::topics::{self, TopicSpec};
+use anyhow::Context;
+use clap::Parser;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// `ktimer run`'s flags on their own, to build the started instances' configuration
+/// exactly as the command line would (environment variables included).
+#[derive(Parser)]
+struct RunCli {
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// One instance started by the bench, in this process.
+struct Started {
+    token: CancellationToken,
+    status: watch::Receiver<Status>,
+    join: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// The topics, instances and Redis of one bench run.
+pub struct Env {
+    /// Run id: every topic, key and timer id of the run carries it.
+    pub run: String,
+    /// Broker and the topics the instances use (fresh ones unless `--instances 0`).
+    pub kafka: KafkaArgs,
+    /// The fresh callback topic of the bench's timers.
+    pub callback: String,
+    /// The pass-through baseline's input and output topics.
+    pub pipe_in: String,
+    /// See `pipe_in`.
+    pub pipe_out: String,
+    /// Redis of the instances (memory is measured there).
+    pub redis: redis::Client,
+    /// Redis key prefix of the started instances (`None` for running instances).
+    pub prefix: Option<String>,
+    created: Vec<String>,
+    started: Vec<Started>,
+}
+
+/// A short id unique to this run.
+pub fn run_id() -> String {
+    format!(
+        "{:x}{:x}",
+        crate::now_ms() % 0x1_0000_0000,
+        std::process::id() % 0x1000
+    )
+}
+
+impl Env {
+    /// Creates the topics and starts the instances (`--instances`), waiting until they
+    /// own every partition of the commands topic.
+    pub async fn prepare(args: &BenchArgs, run: &str) -> anyhow::Result<Env> {
+        let base = format!("ktimer-bench-{run}");
+        let mut kafka = args.kafka.clone();
+        let own = args.instances > 0;
+        if own {
+            kafka.commands_topic = format!("{base}.commands");
+            kafka.results_topic = format!("{base}.results");
+            kafka.fired_topic = format!("{base}.fired");
+            kafka.dead_letter_topic = format!("{base}.dead-letter");
+        }
+        let callback = format!("{base}.callback");
+        let (pipe_in, pipe_out) = (format!("{base}.pipe-in"), format!("{base}.pipe-out"));
+        let mut names = vec![callback.clone(), pipe_in.clone(), pipe_out.clone()];
+        if own {
+            names.extend([
+                kafka.commands_topic.clone(),
+                kafka.results_topic.clone(),
+                kafka.fired_topic.clone(),
+                kafka.dead_letter_topic.clone(),
+            ]);
+        }
+        let specs: Vec<TopicSpec> = names
+            .iter()
+            .map(|n| TopicSpec {
+                role: "bench".into(),
+                name: n.clone(),
+                partitions: args.partitions,
+                replication_factor: 1,
+                configs: Default::default(),
+            })
+            .collect();
+        topics::apply(&kafka.brokers, &specs)
+            .await
+            .context("creating the bench topics")?;
+        eprintln!(
+            "bench {run}: created {} topics with {} partitions",
+            names.len(),
+            args.partitions
+        );
+        let redis = redis::Client::open(args.redis_url.as_str()).context("redis URL")?;
+        let mut env = Env {
+            run: run.to_string(),
+            kafka,
+            callback,
+            pipe_in,
+            pipe_out,
+            redis,
+            prefix: own.then(|| base.clone()),
+            created: names,
+            started: Vec::new(),
+        };
+        if own {
+            env.start(args, &base).await?;
+        } else {
+            env.check_running().await?;
+        }
+        Ok(env)
+    }
+
+    async fn start(&mut self, args: &BenchArgs, base: &str) -> anyhow::Result<()> {
+        let k = &self.kafka;
+        let mut argv: Vec<String> = [
+            "ktimer-run",
+            "--brokers",
+            &k.brokers,
+            "--commands-topic",
+            &k.commands_topic,
+            "--results-topic",
+            &k.results_topic,
+            "--fired-topic",
+            &k.fired_topic,
+            "--dead-letter-topic",
+            &k.dead_letter_topic,
+            "--redis-url",
+            &args.redis_url,
+            "--redis-prefix",
+            base,
+            "--group-id",
+            base,
+            "--admin-addr",
+            "off",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(url) = &k.schema_registry_url {
+            argv.extend(["--schema-registry-url".into(), url.clone()]);
+        }
+        for (key, v) in &k.kafka_options {
+            argv.extend(["--kafka-option".into(), format!("{key}={v}")]);
+        }
+        argv.extend(args.instance_args.iter().cloned());
+        let run_args = RunCli::try_parse_from(&argv)
+            .context("the --instance-arg flags")?
+            .run;
+        for _ in 0..args.instances {
+            let token = CancellationToken::new();
+            let (tx, status) = watch::channel(Status::default());
+            let join = tokio::spawn(service::run(run_args.clone(), token.clone(), tx));
+            self.started.push(Started {
+                token,
+                status,
+                join,
+            });
+        }
+        eprintln!(
+            "bench {}: started {} ktimer instance(s); waiting until they own the {} partitions",
+            self.run, args.instances, args.partitions
+        );
+        let want: BTreeSet<i32> = (0..args.partitions).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let owned: BTreeSet<i32> = self
+                .started
+                .iter()
+                .flat_map(|s| s.status.borrow().owned.clone())
+                .collect();
+            if owned == want {
+                return Ok(());
+            }
+            if self.started.iter().any(|s| s.join.is_finished()) {
+                anyhow::bail!(
+                    "a ktimer instance stopped before owning its partitions (see its log above)"
+                );
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the instances own {owned:?} of {want:?} after 120 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn check_running(&self) -> anyhow::Result<()> {
+        let k = self.kafka.clone();
+        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+            let c: rdkafka::consumer::BaseConsumer = service::client_config(&k).create()?;
+            for t in [&k.commands_topic, &k.results_topic] {
+                anyhow::ensure!(
+                    topics::partition_count(&c, t)? > 0,
+                    "topic {t:?} does not exist: with --instances 0, --commands-topic and \
+                     --results-topic name the running instances' topics"
+                );
+            }
+            Ok(())
+        })
+        .await?
+    }
+
+    /// Redis `used_memory`, bytes.
+    pub async fn used_memory(&self) -> anyhow::Result<u64> {
+        let mut c = self.redis.get_multiplexed_async_connection().await?;
+        let info: String = redis::cmd("INFO").arg("memory").query_async(&mut c).await?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .context("INFO memory has no used_memory")
+    }
+
+    /// Stops the started instances (draining them), then deletes what the run created
+    /// unless `keep`.
+    pub async fn teardown(self, keep: bool) {
+        for s in &self.started {
+            s.token.cancel();
+        }
+        for s in self.started {
+            match s.join.await {
+                Ok(Err(e)) => eprintln!("bench: an instance ended with an error: {e:#}"),
+                Err(e) => eprintln!("bench: an instance panicked: {e}"),
+                Ok(Ok(())) => {}
+            }
+        }
+        if keep {
+            eprintln!(
+                "bench {}: kept topics {} and Redis keys {}:*",
+                self.run,
+                self.created.join(", "),
+                self.prefix
+                    .as_deref()
+                    .unwrap_or("(of the running instances)")
+            );
+            return;
+        }
+        if let Err(e) = delete_topics(&self.kafka.brokers, &self.created).await {
+            eprintln!("bench: deleting the topics failed: {e:#}");
+        }
+        if let Some(prefix) = &self.prefix {
+            match delete_keys(&self.redis, prefix).await {
+                Ok(n) => eprintln!("bench {}: deleted {n} Redis keys", self.run),
+                Err(e) => eprintln!("bench: deleting the Redis keys failed: {e:#}"),
+            }
+        }
+    }
+}
+
+async fn delete_topics(brokers: &str, names: &[String]) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()?;
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    for r in admin.delete_topics(&names, &AdminOptions::new()).await? {
+        if let Err((t, code)) = r {
+            eprintln!("bench: topic {t} not deleted: {code}");
+        }
+    }
+    Ok(())
+}
+
+/// Deletes every key under `prefix:` (SCAN + UNLINK), returns how many.
+async fn delete_keys(redis: &redis::Client, prefix: &str) -> anyhow::Result<u64> {
+    let mut c = redis.get_multiplexed_async_connection().await?;
+    let mut cursor: u64 = 0;
+    let mut n = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}:*"))
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(&mut c)
+            .await?;
+        if !keys.is_empty() {
+            n += keys.len() as u64;
+            let _: i64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
+        }
+        if next == 0 {
+            return Ok(n);
+        }
+        cursor = next;
+    }
+}
