@@ -91,13 +91,9 @@ impl<H: Handler> Tap<H> {
         let join = tokio::task::spawn_blocking(move || {
             while !s.load(Ordering::Relaxed) {
                 match consumer.poll(Duration::from_millis(50)) {
-                    None => {}
+                    Some(Ok(m)) if handler.take(&m, now_ms()) => break,
                     Some(Err(e)) => tracing::debug!(error = %e, "bench consumer"),
-                    Some(Ok(m)) => {
-                        if handler.take(&m, now_ms()) {
-                            break;
-                        }
-                    }
+                    _ => {}
                 }
             }
             Ok(handler)
