@@ -26,6 +26,7 @@ use crate::trigger::{self, TriggerConfig, TriggerHandle};
 use crate::validate::{validate, Limits, Op};
 use futures::StreamExt;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 use rdkafka::Offset;
@@ -128,8 +129,10 @@ impl Intake {
             o.stop().await;
         }
         self.published(&owned);
-        if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
-            tracing::warn!(error = %e, "final offset commit failed");
+        match self.consumer.commit_consumer_state(CommitMode::Sync) {
+            // Nothing stored since the last commit: nothing to do.
+            Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) | Ok(()) => {}
+            Err(e) => tracing::warn!(error = %e, "final offset commit failed"),
         }
         self.consumer.unsubscribe();
         Ok(())

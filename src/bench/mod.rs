@@ -57,14 +57,7 @@ pub async fn run(args: BenchArgs, token: CancellationToken) -> anyhow::Result<()
     };
     if env.prefix.is_none() && args.pending > 0 && !args.keep {
         // Running instances keep their keys: cancel the pending timers instead.
-        progress.phase("clean-up", args.pending);
-        let plan = pending_plan(&env, args.pending);
-        if let Err(e) =
-            load::produce_commands(&env.kafka, &codec, args.pending, 0, &progress, |i| {
-                plan.cancel(i)
-            })
-            .await
-        {
+        if let Err(e) = cancel_pending(&env, args.pending, &progress, &codec).await {
             eprintln!("bench: cancelling the pending timers failed: {e:#}");
         }
     }
@@ -182,6 +175,28 @@ async fn pending_phase(
         bytes_per_timer: ((after.saturating_sub(before)) as f64 / answers.accepted.max(1) as f64)
             .round(),
     })
+}
+
+/// Cancels the pending timers (on running instances) and waits for the answers.
+async fn cancel_pending(
+    env: &Env,
+    n: usize,
+    progress: &Arc<Progress>,
+    codec: &Arc<Codec>,
+) -> anyhow::Result<()> {
+    progress.phase("clean-up", n);
+    let plan = pending_plan(env, n);
+    let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
+    let tap = Tap::start(&env.kafka, &env.kafka.results_topic, answers)?;
+    load::produce_commands(&env.kafka, codec, n, 0, progress, |i| plan.cancel(i)).await?;
+    let (answers, done) = tap.finish(Instant::now() + Duration::from_secs(60)).await?;
+    anyhow::ensure!(
+        done && answers.accepted == n,
+        "{} of {n} pending timers cancelled: {:?}",
+        answers.accepted,
+        answers.refused
+    );
+    Ok(())
 }
 
 async fn fire_phase(

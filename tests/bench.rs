@@ -1,0 +1,145 @@
+//! `ktimer bench`, short runs: it completes, and its counts add up (not its speed).
+//!
+//! The bench runs as the real binary against the shared broker and Redis; the report it
+//! writes is checked against what was asked of it.
+
+mod common;
+
+use common::{servers, unique, TestEnv};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `ktimer bench` with `args` on the shared servers, writing into a fresh
+/// directory; returns the parsed JSON report and the SVG text.
+fn bench(name: &str, args: &[&str]) -> (Value, String) {
+    let s = servers();
+    let out = std::env::temp_dir().join(unique(name));
+    let status = Command::new(env!("CARGO_BIN_EXE_ktimer"))
+        .args(["bench", "--brokers", &s.brokers, "--redis-url", &s.redis_url])
+        .arg("--out")
+        .arg(&out)
+        .args(args)
+        .env("KTIMER_LOG", "warn")
+        .status()
+        .expect("ktimer bench runs");
+    assert!(status.success(), "ktimer bench failed: {status}");
+    let file = |ext: &str| {
+        let found: Vec<_> = std::fs::read_dir(&out)
+            .expect("report directory")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect();
+        assert_eq!(found.len(), 1, "one .{ext} report in {}", out.display());
+        std::fs::read_to_string(&found[0]).expect("report readable")
+    };
+    let report = serde_json::from_str(&file("json")).expect("report is JSON");
+    let svg = file("svg");
+    let _ = std::fs::remove_dir_all(Path::new(&out));
+    (report, svg)
+}
+
+fn n(v: &Value, path: &str) -> f64 {
+    v.pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{path} missing in {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_spread_run_with_started_instances_counts_every_timer() {
+    let (r, svg) = bench(
+        "bench-spread",
+        &[
+            "--timers",
+            "3000",
+            "--due",
+            "spread",
+            "--window-ms",
+            "1500",
+            "--pending",
+            "2000",
+            "--partitions",
+            "2",
+        ],
+    );
+    assert_eq!(n(&r, "/pending/timers"), 2000.0);
+    assert_eq!(n(&r, "/pending/accepted"), 2000.0, "{r}");
+    assert!(n(&r, "/pending/bytes_per_timer") > 0.0, "{r}");
+    assert!(n(&r, "/pending/intake_per_s") > 0.0);
+    assert_eq!(n(&r, "/fire/timers"), 3000.0);
+    assert_eq!(n(&r, "/fire/accepted"), 3000.0, "{r}");
+    assert_eq!(n(&r, "/fire/fired"), 3000.0, "{r}");
+    assert_eq!(n(&r, "/fire/missing"), 0.0);
+    assert_eq!(n(&r, "/fire/early"), 0.0);
+    assert_eq!(n(&r, "/fire/duplicates"), 0.0);
+    assert_eq!(n(&r, "/fire/fire_lateness_ms/count"), 3000.0);
+    assert!(n(&r, "/fire/fire_lateness_ms/max") >= n(&r, "/fire/fire_lateness_ms/p99"));
+    assert!(
+        n(&r, "/fire/delivery_lateness_ms/p50") >= n(&r, "/fire/fire_lateness_ms/p50"),
+        "a record is received after it was produced: {r}"
+    );
+    assert_eq!(n(&r, "/baseline/records"), 3000.0);
+    assert!(n(&r, "/baseline/rate_per_s") > 0.0);
+    let checks = r["checks"].as_array().expect("checks");
+    assert!(checks.iter().any(|c| c["what"] == "no early fire" && c["met"] == true));
+    assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+    assert!(svg.contains("3000 fired, 0 missing"), "the picture's title says what fired");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_against_running_instances_fires_every_timer_once() {
+    let env = TestEnv::new("bench-running", 2, &[]).await;
+    let svc = env.start().await;
+    let k = &env.args.kafka;
+    let (r, _) = bench(
+        "bench-burst",
+        &[
+            "--instances",
+            "0",
+            "--commands-topic",
+            &k.commands_topic,
+            "--results-topic",
+            &k.results_topic,
+            "--timers",
+            "2000",
+            "--due",
+            "burst",
+            "--pending",
+            "500",
+            "--no-baseline",
+            "--partitions",
+            "2",
+        ],
+    );
+    assert_eq!(n(&r, "/pending/accepted"), 500.0, "{r}");
+    assert_eq!(n(&r, "/fire/fired"), 2000.0, "{r}");
+    assert_eq!(n(&r, "/fire/missing"), 0.0);
+    assert_eq!(n(&r, "/fire/early"), 0.0);
+    assert_eq!(n(&r, "/fire/duplicates"), 0.0);
+    assert!(r["baseline"].is_null());
+    // The bench cancelled its pending timers on the running instance.
+    let mut con = redis::Client::open(servers().redis_url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let pattern = format!("{}:*:t:b*-p-*", env.args.redis_prefix);
+    let mut states = std::collections::BTreeMap::<String, usize>::new();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    for key in &keys {
+        let st: String = redis::cmd("HGET")
+            .arg(key)
+            .arg("st")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        *states.entry(st).or_default() += 1;
+    }
+    assert_eq!(keys.len(), 500, "{states:?}");
+    svc.stop().await;
+    assert_eq!(states.get("cancelled"), Some(&500), "{states:?}");
+}
