@@ -329,8 +329,9 @@ pub struct BenchArgs {
     /// Commands produced per second; 0 = as fast as the producer goes.
     #[arg(long, env = "KTIMER_BENCH_RATE", default_value_t = 0)]
     pub rate: u64,
-    /// First due time, ms after the fire test starts producing; default: time to
-    /// produce every command at `--rate` (or 30,000/s) plus 3 s.
+    /// First due time, ms after the fire test starts producing; default: the time to
+    /// produce and apply every command at `--rate` or at the intake rate measured with
+    /// the pending timers (10,000/s without), whichever is lower, plus 3 s.
     #[arg(long, env = "KTIMER_BENCH_LEAD_MS")]
     pub lead_ms: Option<i64>,
     /// Payload bytes of each timer.

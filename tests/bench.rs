@@ -16,7 +16,13 @@ fn bench(name: &str, args: &[&str]) -> (Value, String) {
     let s = servers();
     let out = std::env::temp_dir().join(unique(name));
     let status = Command::new(env!("CARGO_BIN_EXE_ktimer"))
-        .args(["bench", "--brokers", &s.brokers, "--redis-url", &s.redis_url])
+        .args([
+            "bench",
+            "--brokers",
+            &s.brokers,
+            "--redis-url",
+            &s.redis_url,
+        ])
         .arg("--out")
         .arg(&out)
         .args(args)
@@ -81,9 +87,14 @@ async fn a_short_spread_run_with_started_instances_counts_every_timer() {
     assert_eq!(n(&r, "/baseline/records"), 3000.0);
     assert!(n(&r, "/baseline/rate_per_s") > 0.0);
     let checks = r["checks"].as_array().expect("checks");
-    assert!(checks.iter().any(|c| c["what"] == "no early fire" && c["met"] == true));
+    assert!(checks
+        .iter()
+        .any(|c| c["what"] == "no early fire" && c["met"] == true));
     assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
-    assert!(svg.contains("3000 fired, 0 missing"), "the picture's title says what fired");
+    assert!(
+        svg.contains("3000 fired, 0 missing"),
+        "the picture's title says what fired"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

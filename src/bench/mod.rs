@@ -90,7 +90,10 @@ async fn phases(
         0 => None,
         n => Some(pending_phase(env, n, progress, codec).await?),
     };
-    let (fire, fires) = fire_phase(args, env, progress, codec).await?;
+    // Lead time: how long producing and applying all commands will take, from the
+    // intake rate just measured when there is one.
+    let measured = pending.as_ref().map(|p| p.intake_per_s as u64);
+    let (fire, fires) = fire_phase(args, env, progress, codec, measured).await?;
     let baseline = if args.no_baseline {
         None
     } else {
@@ -204,10 +207,16 @@ async fn fire_phase(
     env: &Env,
     progress: &Arc<Progress>,
     codec: &Arc<Codec>,
+    intake_per_s: Option<u64>,
 ) -> anyhow::Result<(FireReport, Fires)> {
     let n = args.timers;
     progress.phase("fire", n);
-    let per_s = if args.rate > 0 { args.rate } else { 30_000 };
+    let intake = intake_per_s.unwrap_or(10_000).max(1_000);
+    let per_s = if args.rate > 0 {
+        args.rate.min(intake)
+    } else {
+        intake
+    };
     let lead = args
         .lead_ms
         .unwrap_or(n as i64 * 1000 / per_s as i64 + 3_000);

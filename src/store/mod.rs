@@ -54,6 +54,10 @@ impl StoreError {
     }
 }
 
+/// Most commands of one partition applied in one script call: bounds how long one call
+/// keeps Redis busy (a claim waits behind it) to a couple of ms.
+const APPLY_CHUNK: usize = 200;
+
 /// Helpers shared by the claim and recover scripts, prepended to both.
 const MISFIRE: &str = include_str!("misfire.lua");
 
@@ -296,81 +300,34 @@ impl Store {
         if reqs.is_empty() && marks.is_empty() {
             return Ok((vec![], vec![]));
         }
+        // One script call per run of up to APPLY_CHUNK commands of one partition, in
+        // offset order; `slots[c]` are the indexes in `reqs` of chunk c's commands.
+        let mut slots: Vec<Vec<usize>> = Vec::new();
+        let mut open: std::collections::HashMap<i32, usize> = Default::default();
+        for (i, r) in reqs.iter().enumerate() {
+            match open.get(&r.partition) {
+                Some(&c) if slots[c].len() < APPLY_CHUNK => slots[c].push(i),
+                _ => {
+                    open.insert(r.partition, slots.len());
+                    slots.push(vec![i]);
+                }
+            }
+        }
         let mut p = redis::pipe();
-        for r in reqs {
-            let k = self.keys(r.partition);
+        for chunk in &slots {
+            let first = &reqs[chunk[0]];
+            let k = self.keys(first.partition);
             let mut inv = self.scripts.apply.prepare_invoke();
             inv.key(k.key("epoch"))
                 .key(k.key("offset"))
-                .key(format!("{}{}", k.timer_prefix(), r.timer_id))
                 .key(k.key("idx"))
                 .key(k.key("inflight"))
                 .key(k.key("cron"))
-                .arg(r.epoch)
-                .arg(r.offset)
-                .arg(op_name(&r.op))
-                .arg(&r.timer_id)
-                .arg(&r.request_id)
+                .arg(first.epoch)
                 .arg(self.retention_ms)
                 .arg(k.slice_prefix());
-            let encode = |d: &TimerDef| {
-                codec::encode_stored(d).map_err(|e| StoreError::Reply(e.to_string()))
-            };
-            let (schedule, def) = match &r.op {
-                Op::Create { schedule, def } => (Some(schedule), encode(def)?),
-                Op::Update { schedule, def } => (
-                    Some(schedule),
-                    def.as_ref().map(encode).transpose()?.unwrap_or_default(),
-                ),
-                _ => (None, vec![]),
-            };
-            let origin = match r.op {
-                Op::Resume { origin_ms } => origin_ms,
-                _ => 0,
-            };
-            match schedule {
-                Some(Schedule::Once { due_ms }) => {
-                    inv.arg("o")
-                        .arg(due_ms)
-                        .arg(def)
-                        .arg("")
-                        .arg("")
-                        .arg("")
-                        .arg("")
-                        .arg("");
-                }
-                Some(Schedule::Cron {
-                    spec,
-                    first,
-                    next_ms,
-                }) => {
-                    let sc = serde_json::to_string(spec)
-                        .map_err(|e| StoreError::Reply(e.to_string()))?;
-                    inv.arg("c")
-                        .arg(next_ms.map(|d| d.to_string()).unwrap_or_default())
-                        .arg(def)
-                        .arg(sc)
-                        .arg(misfire_code(spec.misfire))
-                        .arg(spec.max_fires.map(|m| m.to_string()).unwrap_or_default())
-                        .arg(first.covered_ms)
-                        .arg(self.refill_at(first));
-                }
-                None => {
-                    inv.arg("")
-                        .arg("")
-                        .arg(def)
-                        .arg("")
-                        .arg("")
-                        .arg("")
-                        .arg("")
-                        .arg("");
-                }
-            }
-            inv.arg(origin);
-            if let Some(Schedule::Cron { first, .. }) = schedule {
-                for d in &first.dues {
-                    inv.arg(d);
-                }
+            for &i in chunk {
+                self.apply_args(&mut inv, &k, &reqs[i])?;
             }
             p.invoke_script(&inv);
         }
@@ -384,12 +341,38 @@ impl Store {
             p.invoke_script(&inv);
         }
         let mut replies: Vec<redis::Value> = self.run(&p).await?;
-        let codes = replies.split_off(reqs.len());
+        let codes = replies.split_off(slots.len());
         let bad = |e: redis::ParsingError| StoreError::Reply(e.to_string());
-        let applied = replies
+        let mut applied: Vec<Option<Applied>> = vec![None; reqs.len()];
+        for (chunk, v) in slots.iter().zip(replies) {
+            let row = Vec::<String>::from_redis_value(v).map_err(bad)?;
+            if row.len() == 1 && row[0] == "fenced" {
+                for &i in chunk {
+                    applied[i] = Some(Applied {
+                        code: "fenced".into(),
+                        version: None,
+                        state: None,
+                        due_ms: None,
+                        reason: "partition epoch moved: another instance owns it".into(),
+                    });
+                }
+                continue;
+            }
+            if row.len() != 5 * chunk.len() {
+                return Err(StoreError::Reply(format!(
+                    "apply answered {} fields for {} commands",
+                    row.len(),
+                    chunk.len()
+                )));
+            }
+            for (&i, one) in chunk.iter().zip(row.chunks(5)) {
+                applied[i] = Some(parse_applied(one.to_vec())?);
+            }
+        }
+        let applied = applied
             .into_iter()
-            .map(|v| parse_applied(Vec::<String>::from_redis_value(v).map_err(bad)?))
-            .collect::<Result<_, _>>()?;
+            .map(|a| a.expect("every command answered"))
+            .collect();
         let mut moved = Vec::new();
         for (m, v) in marks.iter().zip(codes) {
             if i64::from_redis_value(v).map_err(bad)? < 0 {
@@ -397,6 +380,73 @@ impl Store {
             }
         }
         Ok((applied, moved))
+    }
+
+    /// Appends the argument group of one command to an apply invocation (see apply.lua).
+    fn apply_args(
+        &self,
+        inv: &mut ScriptInvocation<'_>,
+        k: &Keys,
+        r: &ApplyRequest,
+    ) -> Result<(), StoreError> {
+        inv.key(format!("{}{}", k.timer_prefix(), r.timer_id))
+            .arg(r.offset)
+            .arg(op_name(&r.op))
+            .arg(&r.timer_id)
+            .arg(&r.request_id);
+        let encode =
+            |d: &TimerDef| codec::encode_stored(d).map_err(|e| StoreError::Reply(e.to_string()));
+        let (schedule, def) = match &r.op {
+            Op::Create { schedule, def } => (Some(schedule), encode(def)?),
+            Op::Update { schedule, def } => (
+                Some(schedule),
+                def.as_ref().map(encode).transpose()?.unwrap_or_default(),
+            ),
+            _ => (None, vec![]),
+        };
+        let origin = match r.op {
+            Op::Resume { origin_ms } => origin_ms,
+            _ => 0,
+        };
+        match schedule {
+            Some(Schedule::Once { due_ms }) => {
+                inv.arg("o").arg(due_ms).arg(def);
+                inv.arg("").arg("").arg("").arg("").arg("");
+            }
+            Some(Schedule::Cron {
+                spec,
+                first,
+                next_ms,
+            }) => {
+                let sc =
+                    serde_json::to_string(spec).map_err(|e| StoreError::Reply(e.to_string()))?;
+                inv.arg("c")
+                    .arg(next_ms.map(|d| d.to_string()).unwrap_or_default())
+                    .arg(def)
+                    .arg(sc)
+                    .arg(misfire_code(spec.misfire))
+                    .arg(spec.max_fires.map(|m| m.to_string()).unwrap_or_default())
+                    .arg(first.covered_ms)
+                    .arg(self.refill_at(first));
+            }
+            None => {
+                inv.arg("").arg("").arg(def);
+                inv.arg("").arg("").arg("").arg("").arg("");
+            }
+        }
+        inv.arg(origin);
+        match schedule {
+            Some(Schedule::Cron { first, .. }) => {
+                inv.arg(first.dues.len());
+                for d in &first.dues {
+                    inv.arg(d);
+                }
+            }
+            _ => {
+                inv.arg(0);
+            }
+        }
+        Ok(())
     }
 
     /// When the migrator must extend a window materialised up to `o.covered_ms`: halfway

@@ -1,15 +1,18 @@
 //! The intake: consumes timer commands, applies them, answers each with a result.
 //!
 //! Per batch of records: decode and validate each; apply the valid ones to Redis in one
-//! pipeline of Lua calls (each atomic and idempotent, storing the applied offset); enqueue
-//! one result record per command; wait until the broker acknowledged every result; only
-//! then store the offsets for the next commit. A crash anywhere in between replays the
-//! batch, which the scripts make harmless.
+//! pipeline of Lua calls (one atomic, idempotent call per partition and up to 200
+//! commands, storing the applied offset); enqueue one result record per command; the
+//! answer stage ([`answer`]) waits until the broker acknowledged every result, and only
+//! then stores the offsets for the next commit, while the next batch is applied. A crash
+//! anywhere in between replays the batch, which the scripts make harmless.
 //!
 //! Partition assignment drives the triggers: on assignment the instance moves the
 //! partition's epoch in Redis (fencing the previous owner) and starts its trigger and
 //! migrator; on revocation it stops them. Every second it checks Redis still holds what
 //! it wrote (see [`crate::ownership`]) and replays from Kafka when Redis lost data.
+
+mod answer;
 
 use crate::catalog::Catalog;
 use crate::codec::{Codec, CodecError};
@@ -20,7 +23,7 @@ use crate::now_ms;
 use crate::ownership::{verdict, IntakeContext, RebalanceEvent, Verdict};
 use crate::retry;
 use crate::shutdown::CancellationToken;
-use crate::sink::{delivered, Sink, SinkError};
+use crate::sink::{delivered, Sink};
 use crate::store::{Applied, ApplyRequest, Store, StoreError};
 use crate::trigger::{self, TriggerConfig, TriggerHandle};
 use crate::validate::{validate, Limits, Op};
@@ -28,7 +31,6 @@ use futures::StreamExt;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Message, OwnedMessage};
-use rdkafka::producer::DeliveryFuture;
 use rdkafka::Offset;
 use std::collections::HashMap;
 use std::future::Future;
@@ -85,7 +87,7 @@ pub struct Intake {
 }
 
 /// The outcome of one record before its result is sent.
-struct Handled {
+pub(crate) struct Handled {
     partition: i32,
     offset: i64,
     key: Option<Vec<u8>>,
@@ -99,6 +101,14 @@ impl Intake {
         let consumer = self.consumer.clone();
         let mut stream = consumer.stream().ready_chunks(self.batch);
         let mut owned: HashMap<i32, Owned> = HashMap::new();
+        let (answers, waiting) = mpsc::channel(answer::DEPTH);
+        let confirming = tokio::spawn(answer::confirm(
+            waiting,
+            self.sink.clone(),
+            self.consumer.clone(),
+            self.topic.clone(),
+            self.token.clone(),
+        ));
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -121,10 +131,12 @@ impl Intake {
                             None
                         }
                     }).collect::<Vec<_>>();
-                    self.process(msgs, &mut owned).await;
+                    self.process(msgs, &mut owned, &answers).await;
                 }
             }
         }
+        drop(answers);
+        let _ = confirming.await;
         for (_, o) in owned.drain() {
             o.stop().await;
         }
@@ -317,7 +329,12 @@ impl Intake {
         }
     }
 
-    async fn process(&self, msgs: Vec<OwnedMessage>, owned: &mut HashMap<i32, Owned>) {
+    async fn process(
+        &self,
+        msgs: Vec<OwnedMessage>,
+        owned: &mut HashMap<i32, Owned>,
+        answers: &mpsc::Sender<answer::Batch>,
+    ) {
         let now = now_ms();
         let mut handled = Vec::with_capacity(msgs.len());
         let mut requests = Vec::new();
@@ -432,7 +449,12 @@ impl Intake {
         handled
             .iter_mut()
             .for_each(|h| h.result.processed_at_ms = applied_at);
-        self.answer(handled).await;
+        let batch = answer::send(&self.sink, &self.metrics, handled).await;
+        // Waiting for the acknowledgements overlaps the next batch; the channel is short,
+        // so a slow broker still holds the intake back.
+        if answers.send(batch).await.is_err() {
+            tracing::warn!("the answer stage stopped; results stay unacknowledged");
+        }
     }
 
     /// Why the broker would refuse the fires of `op` (unknown callback topic, payload too
@@ -512,47 +534,6 @@ impl Intake {
             Err(e) => tracing::warn!(error = %e, "dead-letter copy not sent"),
         }
     }
-
-    /// Sends every result, waits for the broker's acknowledgements (re-sending failed
-    /// ones), then stores the offsets.
-    async fn answer(&self, handled: Vec<Handled>) {
-        let mut next_offsets: HashMap<i32, i64> = HashMap::new();
-        let mut waiting = Vec::with_capacity(handled.len());
-        for h in &handled {
-            let outcome = match h.result.outcome {
-                Outcome::Accepted => "accepted",
-                Outcome::Duplicate => "duplicate",
-                Outcome::Rejected => "rejected",
-            };
-            self.metrics.commands.with_label_values(&[outcome]).inc();
-            waiting.push(self.sink.send_result(h.key.as_deref(), &h.result).await);
-        }
-        for (h, sent) in handled.iter().zip(waiting) {
-            let mut res = confirmed(sent).await;
-            let mut attempt = 0u32;
-            while let Err(e) = res {
-                attempt += 1;
-                if retry::worth_logging(attempt) {
-                    tracing::warn!(error = %e, attempt, "command result not delivered; retrying");
-                }
-                if !retry::pause(&self.token, attempt).await {
-                    return;
-                }
-                res = confirmed(self.sink.send_result(h.key.as_deref(), &h.result).await).await;
-            }
-            next_offsets.insert(h.partition, h.offset);
-        }
-        for (p, off) in next_offsets {
-            if let Err(e) = self.consumer.store_offset(&self.topic, p, off) {
-                tracing::debug!(partition = p, error = %e, "offset not stored (partition gone)");
-            }
-        }
-    }
-}
-
-/// Waits for an enqueued record's acknowledgement.
-async fn confirmed(sent: Result<DeliveryFuture, SinkError>) -> Result<(), SinkError> {
-    delivered(sent?).await.map(|_| ())
 }
 
 /// Copies the command's identity into its result.
