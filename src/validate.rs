@@ -84,6 +84,7 @@ impl Schedule {
 
 /// What a timer delivers when it fires; stored with the timer.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename = "StoredTimer")]
 pub struct TimerDef {
     /// Owning application.
     pub application: String,
