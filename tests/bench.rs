@@ -128,6 +128,12 @@ async fn a_burst_against_running_instances_fires_every_timer_once() {
     assert_eq!(n(&r, "/fire/early"), 0.0);
     assert_eq!(n(&r, "/fire/duplicates"), 0.0);
     assert!(r["baseline"].is_null());
+    // All were due at the same ms: the latest fire is the largest lateness.
+    assert_eq!(
+        n(&r, "/fire/fire_lateness_ms/max"),
+        n(&r, "/fire/last_fired_ms") - n(&r, "/fire/first_due_ms"),
+        "{r}"
+    );
     // The bench cancelled its pending timers on the running instance.
     let mut con = redis::Client::open(servers().redis_url.as_str())
         .unwrap()

@@ -264,6 +264,8 @@ async fn fire_phase(
         missing: fires.missing(),
         early: fires.early,
         duplicates: fires.duplicates,
+        first_due_ms: t0,
+        last_fired_ms: fires.last_fired_ms,
         fire_rate_per_s: per_second(fires.unique, t0, fires.last_fired_ms),
         delivery_rate_per_s: per_second(fires.unique, t0, fires.last_received_ms),
         fire_lateness_ms: Percentiles::of(&fires.fire_lateness),

@@ -221,8 +221,8 @@ impl Fires {
             duplicates: 0,
             early: 0,
             foreign: 0,
-            fire_lateness: Histogram::new(3).expect("3 significant digits are valid"),
-            delivery_lateness: Histogram::new(3).expect("3 significant digits are valid"),
+            fire_lateness: lateness_histogram(),
+            delivery_lateness: lateness_histogram(),
             last_fired_ms: 0,
             last_received_ms: 0,
         }
@@ -238,6 +238,12 @@ impl Fires {
         let i: usize = std::str::from_utf8(rest).ok()?.parse().ok()?;
         (i < self.counts.len()).then_some(i)
     }
+}
+
+/// A histogram of ms from 0 to a day at 3 significant digits (larger values count as a
+/// day; `Histogram::new` would saturate at its initial 2,047 instead).
+fn lateness_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 86_400_000, 3).expect("valid bounds")
 }
 
 /// The decimal value of header `name`.

@@ -92,6 +92,10 @@ pub struct FireReport {
     pub early: usize,
     /// Records beyond the first of a timer.
     pub duplicates: usize,
+    /// The first due time, Unix ms.
+    pub first_due_ms: i64,
+    /// The last first fire (ktimer's produce time), Unix ms.
+    pub last_fired_ms: i64,
     /// Timers per second from the first due time to the last fire (for a spread, about
     /// the offered rate; for a burst, the capacity).
     pub fire_rate_per_s: f64,

@@ -12,6 +12,8 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
 local n = 0
+-- Members to remove from the in-flight set, removed together at the end.
+local gone = {}
 for i = 4, #ARGV do
   local member, reason = ARGV[i], nil
   if string.sub(member, 1, 1) == '!' then
@@ -19,7 +21,7 @@ for i = 4, #ARGV do
     reason = string.sub(member, nl + 1)
     member = string.sub(member, 2, nl - 1)
   end
-  n = n + redis.call('ZREM', KEYS[2], member)
+  gone[#gone + 1] = member
   local c1 = string.find(member, ':', 1, true)
   local c2 = string.find(member, ':', c1 + 1, true)
   local due = string.sub(member, c1 + 1, c2 - 1)
@@ -43,5 +45,8 @@ for i = 4, #ARGV do
       end
     end
   end
+end
+for i = 1, #gone, 1000 do
+  n = n + redis.call('ZREM', KEYS[2], unpack(gone, i, math.min(i + 999, #gone)))
 end
 return n

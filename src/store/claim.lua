@@ -17,6 +17,8 @@ local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
 local out = {''}
 local n = 0
+-- (score, member) pairs to add to the in-flight set.
+local flight = {}
 
 -- Whether a valid cron member is delivered; counts it when it is.
 local function cron_take(tkey, t, due, id)
@@ -42,8 +44,12 @@ local minutes = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', math.floor(upto / 6
 for _, m in ipairs(minutes) do
   local skey = ARGV[4] .. m
   local items = redis.call('ZRANGEBYSCORE', skey, '-inf', ARGV[2], 'LIMIT', 0, limit - n)
+  -- One ZREM per slice and one ZADD per call, not one per member (a call from Lua costs
+  -- about as much as the work it does).
+  for i = 1, #items, 1000 do
+    redis.call('ZREM', skey, unpack(items, i, math.min(i + 999, #items)))
+  end
   for _, member in ipairs(items) do
-    redis.call('ZREM', skey, member)
     n = n + 1
     local c1 = string.find(member, ':', 1, true)
     local c2 = string.find(member, ':', c1 + 1, true)
@@ -53,7 +59,8 @@ for _, m in ipairs(minutes) do
     local tkey = ARGV[5] .. id
     local t = redis.call('HMGET', tkey, unpack(TIMER_FIELDS))
     if t[1] == ver and t[2] == 'scheduled' and (t[4] ~= 'c' or cron_take(tkey, t, due, id)) then
-      redis.call('ZADD', KEYS[3], due, member)
+      flight[#flight + 1] = due
+      flight[#flight + 1] = member
       out[#out + 1] = member
       out[#out + 1] = t[3]
     end
@@ -64,6 +71,9 @@ for _, m in ipairs(minutes) do
   if n >= limit then
     break
   end
+end
+for i = 1, #flight, 1000 do
+  redis.call('ZADD', KEYS[3], unpack(flight, i, math.min(i + 999, #flight)))
 end
 -- The next due time: the first member of the first non-empty slice.
 for _ = 1, 16 do
