@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Runs `ktimer bench` (release build) on a Redis and a Tansu broker of its own, installed if
+# missing and started on loopback (ports 26380/29093, or KTIMER_BENCH_REDIS_PORT and
+# KTIMER_BENCH_BROKER_PORT), and stops them afterwards. Arguments go to `ktimer bench`;
+# the report lands in bench-out/ (or --out).
+#   scripts/bench.sh                                   # defaults: 100k pending, 100k burst
+#   scripts/bench.sh --due spread --window-ms 10000    # a steady 10,000 fires/s
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '==> %s\n' "$*" >&2; }
+
+REDIS_PORT=${KTIMER_BENCH_REDIS_PORT:-26380}
+BROKER_PORT=${KTIMER_BENCH_BROKER_PORT:-29093}
+DIR=.ktimer/bench
+mkdir -p "$DIR"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+TANSU=$(scripts/install-deps.sh)
+say "building ktimer (cargo build --release; a few minutes the first time)..."
+cargo build --release --locked >&2
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() {
+  for _ in $(seq 1 100); do port_open "$1" && return 0; sleep 0.1; done
+  say "$2 did not start on port $1 (see $DIR/$2.log)"; exit 1
+}
+for p in "$REDIS_PORT" "$BROKER_PORT"; do
+  if port_open "$p"; then say "port $p is taken; set KTIMER_BENCH_*_PORT to free ones"; exit 1; fi
+done
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$DIR/redis.log" 2>&1 &
+PIDS+=($!)
+"$TANSU" broker --listener-url "tcp://127.0.0.1:$BROKER_PORT" \
+  --advertised-listener-url "tcp://127.0.0.1:$BROKER_PORT" --storage-engine memory://tansu/ \
+  >"$DIR/tansu.log" 2>&1 &
+PIDS+=($!)
+wait_port "$REDIS_PORT" redis
+wait_port "$BROKER_PORT" tansu
+say "redis-server on 127.0.0.1:$REDIS_PORT, Tansu on 127.0.0.1:$BROKER_PORT"
+
+KTIMER_LOG=${KTIMER_LOG:-warn} target/release/ktimer bench \
+  --brokers "127.0.0.1:$BROKER_PORT" --redis-url "redis://127.0.0.1:$REDIS_PORT" "$@"
