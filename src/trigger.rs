@@ -287,8 +287,10 @@ impl Trigger {
         self.in_flight.set(n as i64);
     }
 
-    /// One round: acknowledge, claim when it is time, send what is due.
+    /// One round: send what is due, acknowledge, claim when it is time, send again.
+    /// Sending first keeps the acknowledgement's Redis round trip off the due fires' path.
     async fn step(&mut self) -> Result<(), StoreError> {
+        self.send_due().await?;
         self.flush_acks().await?;
         let now = now_ms();
         if self.wake.at.load(Ordering::SeqCst) <= now {

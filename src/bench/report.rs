@@ -256,8 +256,15 @@ impl Report {
         if let Some(b) = &self.baseline {
             let _ = writeln!(
                 s,
-                "baseline pass-through pipe {} records at {:.0}/s; ktimer/baseline = {:.2}",
-                b.records, b.rate_per_s, b.ratio
+                "baseline pass-through pipe {} records at {:.0}/s; ktimer/baseline = {:.2}{}",
+                b.records,
+                b.rate_per_s,
+                b.ratio,
+                if self.settings["due"] == "spread" {
+                    " (spread: the offered rate)"
+                } else {
+                    ""
+                }
             );
         }
         for c in &self.checks {
