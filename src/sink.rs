@@ -260,18 +260,9 @@ impl Sink {
 
     async fn enqueue(
         &self,
-        mut rec: FutureRecord<'_, [u8], [u8]>,
+        rec: FutureRecord<'_, [u8], [u8]>,
     ) -> Result<DeliveryFuture, SinkError> {
-        loop {
-            match self.producer.send_result(rec) {
-                Ok(f) => return Ok(f),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    rec = r;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                Err((e, _)) => return Err(e.into()),
-            }
-        }
+        enqueue(&self.producer, rec).await
     }
 
     /// Waits for all enqueued records to be acknowledged, up to `timeout`.
@@ -316,6 +307,24 @@ struct FireRecord<'a> {
     key: &'a [u8],
     value: Cow<'a, [u8]>,
     headers: OwnedHeaders,
+}
+
+/// Hands `rec` to `producer`, waiting while its queue is full; the future resolves when
+/// the broker acknowledged the record.
+pub async fn enqueue(
+    producer: &FutureProducer,
+    mut rec: FutureRecord<'_, [u8], [u8]>,
+) -> Result<DeliveryFuture, SinkError> {
+    loop {
+        match producer.send_result(rec) {
+            Ok(f) => return Ok(f),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                rec = r;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err((e, _)) => return Err(e.into()),
+        }
+    }
 }
 
 /// Waits for a delivery and flattens its errors.

@@ -6,11 +6,10 @@ use crate::command::{Callback, CommandKind, DeliveryMode, TimerCommand};
 use crate::config::KafkaArgs;
 use crate::now_ms;
 use crate::service::client_config;
-use crate::sink::delivered;
+use crate::sink::{delivered, enqueue};
 use anyhow::Context;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::sync::atomic::Ordering;
@@ -146,28 +145,14 @@ where
             tokio::time::sleep_until(at).await;
         }
         let r = make(i).await?;
-        let mut rec = FutureRecord::to(topic)
-            .key(r.key.as_str())
+        let mut rec = FutureRecord::<[u8], [u8]>::to(topic)
+            .key(r.key.as_bytes())
             .payload(&r.value);
         if let Some(h) = r.headers {
             rec = rec.headers(h);
         }
-        loop {
-            match producer.send_result(rec) {
-                Ok(f) => {
-                    acks.push(delivered(f));
-                    break;
-                }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    rec = r;
-                    match acks.next().await {
-                        Some(r) => settle(r, &mut out),
-                        None => tokio::time::sleep(Duration::from_millis(1)).await,
-                    }
-                }
-                Err((e, _)) => return Err(e).context("producing"),
-            }
-        }
+        let sent = enqueue(producer, rec).await.context("producing")?;
+        acks.push(delivered(sent));
         progress.produced.fetch_add(1, Ordering::Relaxed);
         while let Some(Some(r)) = acks.next().now_or_never() {
             settle(r, &mut out);

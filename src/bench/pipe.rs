@@ -9,15 +9,13 @@ use super::load::{self, Produced, Rec};
 use super::observe::Progress;
 use crate::client::assigned_consumer;
 use crate::config::KafkaArgs;
-use crate::sink::{delivered, headers, producer_config};
+use crate::sink::{delivered, enqueue, headers, producer_config};
 use anyhow::Context;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::StreamConsumer;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::time::Duration;
 
 /// Fills `topic` with `n` records like the fired records of timers `prefix{i}`: same
 /// key, `payload`, and the eight ktimer headers.
@@ -80,19 +78,10 @@ pub async fn run(kafka: &KafkaArgs, from: &str, to: &str, n: usize) -> anyhow::R
         if let Some(h) = m.headers() {
             rec = rec.headers(h.detach());
         }
-        loop {
-            match producer.send_result(rec) {
-                Ok(f) => {
-                    acks.push(delivered(f));
-                    break;
-                }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    rec = r;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                Err((e, _)) => return Err(e).context("the pipe's producer"),
-            }
-        }
+        let sent = enqueue(&producer, rec)
+            .await
+            .context("the pipe's producer")?;
+        acks.push(delivered(sent));
         while let Some(Some(r)) = acks.next().now_or_never() {
             failed += usize::from(r.is_err());
         }

@@ -76,7 +76,8 @@ local function install(tkey, a, id, off, live)
 end
 
 -- Applies the command whose group starts at ARGV[a] to the timer hash `tkey`; returns
--- code, reason (the timer's version, state and due are read back after).
+-- code, reason and, when it knows them without a read, the timer's version, state and due
+-- (otherwise they are read back after).
 local function apply_one(tkey, a)
   local off, op, id, rq_arg = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local noff = tonumber(off)
@@ -115,7 +116,8 @@ local function apply_one(tkey, a)
         'n', 0)
       install(tkey, a, id, off, true)
     end
-    return 'accepted', ''
+    -- What a read-back would answer, without the read.
+    return 'accepted', '', off, 'scheduled', due_arg
   end
   if not v then
     return 'rejected', 'unknown timer'
@@ -169,12 +171,15 @@ local a = 4
 local i = 6
 while a <= #ARGV do
   local tkey = KEYS[i]
-  local code, reason = apply_one(tkey, a)
-  local r = redis.call('HMGET', tkey, 'v', 'st', 'due')
+  local code, reason, v, st, due = apply_one(tkey, a)
+  if not v then
+    local r = redis.call('HMGET', tkey, 'v', 'st', 'due')
+    v, st, due = r[1] or '', r[2] or '', r[3] or ''
+  end
   out[#out + 1] = code
-  out[#out + 1] = r[1] or ''
-  out[#out + 1] = r[2] or ''
-  out[#out + 1] = r[3] or ''
+  out[#out + 1] = v
+  out[#out + 1] = st
+  out[#out + 1] = due
   out[#out + 1] = reason
   a = a + 14 + tonumber(ARGV[a + 13])
   i = i + 1
