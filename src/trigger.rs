@@ -33,8 +33,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// How long a successful epoch-checked Redis call vouches for the ownership of a
-/// partition before sending needs a fresh check. Must stay well below the group's session
-/// timeout minus the heartbeat interval (10 s - 3 s by default).
+/// partition before sending needs a fresh check, counted from when the call was issued (a
+/// reply read after a freeze says nothing about the time of the freeze). Must stay well
+/// below the group's session timeout minus the heartbeat interval (10 s - 3 s by default).
 pub const LEASE: std::time::Duration = std::time::Duration::from_millis(2_000);
 
 /// Trigger tuning.
@@ -295,6 +296,7 @@ impl Trigger {
         let now = now_ms();
         if self.wake.at.load(Ordering::SeqCst) <= now {
             self.wake.at.store(i64::MAX, Ordering::SeqCst);
+            let issued = std::time::Instant::now();
             let claimed = match self
                 .store
                 .claim(
@@ -307,7 +309,7 @@ impl Trigger {
                 .await
             {
                 Ok(c) => {
-                    self.confirmed = std::time::Instant::now();
+                    self.confirmed = issued;
                     c
                 }
                 Err(e) => {
@@ -337,32 +339,28 @@ impl Trigger {
         if self.confirmed.elapsed() < LEASE {
             return Ok(());
         }
+        let issued = std::time::Instant::now();
         let state = self.store.partition_state(self.partition).await?;
         if state.epoch != Some(self.epoch) {
             return Err(StoreError::Fenced(self.partition));
         }
-        self.confirmed = std::time::Instant::now();
+        self.confirmed = issued;
         Ok(())
     }
 
-    /// Enqueues every ready fire whose due time has come (by the wall clock).
+    /// Enqueues every ready fire whose due time has come (by the wall clock). The lease
+    /// is checked before each fire (a clock read; a Redis call only once it ran out), so a
+    /// freeze in the middle of a batch cannot let the rest of it out unfenced.
     async fn send_due(&mut self) -> Result<(), StoreError> {
-        let now = now_ms();
-        if self
-            .ready
-            .first_key_value()
-            .is_some_and(|(k, _)| k.0 <= now)
-        {
-            self.confirm_epoch().await?;
-        }
         loop {
             let now = now_ms();
+            if self.ready.first_key_value().is_none_or(|(k, _)| k.0 > now) {
+                break;
+            }
+            self.confirm_epoch().await?;
             let Some(entry) = self.ready.first_entry() else {
                 break;
             };
-            if entry.key().0 > now {
-                break;
-            }
             let pending = entry.remove();
             if self
                 .gate
@@ -469,10 +467,11 @@ impl Trigger {
         if self.acks.is_empty() {
             return Ok(());
         }
+        let issued = std::time::Instant::now();
         self.store
             .ack(self.partition, self.epoch, &self.acks)
             .await?;
-        self.confirmed = std::time::Instant::now();
+        self.confirmed = issued;
         self.acks.clear();
         self.in_flight_gauge();
         Ok(())
