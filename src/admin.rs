@@ -3,7 +3,8 @@
 
 use crate::metrics::Metrics;
 use crate::shutdown::CancellationToken;
-use crate::store::Store;
+use crate::status::StatusTx;
+use crate::store::{Store, TimerView};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -20,7 +21,7 @@ pub struct AdminState {
     /// Redis, for look-ups.
     pub store: Store,
     /// The instance's status; ready once it joined the group.
-    pub status: Arc<tokio::sync::watch::Sender<crate::service::Status>>,
+    pub status: StatusTx,
     /// Partitions of the commands topic (look-ups scan them).
     pub partitions: AtomicI32,
 }
@@ -63,42 +64,36 @@ async fn ready(State(s): State<Arc<AdminState>>) -> Response {
 async fn timer(State(s): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {
     for p in 0..s.partitions.load(Ordering::SeqCst) {
         match s.store.timer(p, &id).await {
-            Ok(fields) if fields.is_empty() => continue,
-            Ok(fields) => {
-                let text = |k: &str| {
-                    fields
-                        .get(k)
-                        .map(|v| String::from_utf8_lossy(v).into_owned())
-                };
-                let num = |k: &str| text(k).and_then(|v| v.parse::<i64>().ok());
-                let def = fields
-                    .get("d")
-                    .and_then(|d| crate::codec::decode_stored(d).ok());
-                let body = serde_json::json!({
-                    "timer_id": id,
-                    "partition": p,
-                    "version": text("v").and_then(|v| v.parse::<i64>().ok()),
-                    "state": text("st").map(|s| s.to_uppercase()),
-                    "due_ms": text("due").and_then(|v| v.parse::<i64>().ok()),
-                    "request_id": text("rq"),
-                    "application": def.as_ref().map(|d| d.application.clone()),
-                    "callback_topic": def.as_ref().and_then(|d| d.callback.topic.clone()),
-                    "payload_bytes": def.as_ref().map(|d| d.callback.payload.len()),
-                    "kind": if text("k").as_deref() == Some("c") { "CRON" } else { "ONCE" },
-                    "schedule": text("sc").and_then(|j| serde_json::from_str::<serde_json::Value>(&j).ok()),
-                    "fires": num("n"),
-                    "last_fired_due_ms": num("last"),
-                    "materialised_through_ms": num("hz"),
-                    "dead_letters": num("dl"),
-                    "last_dead_letter_due_ms": num("dlr"),
-                    "last_dead_letter_reason": text("dlx"),
-                });
-                return Json(body).into_response();
-            }
+            Ok(None) => continue,
+            Ok(Some(t)) => return Json(timer_json(&id, p, &t)).into_response(),
             Err(e) => {
                 return (StatusCode::SERVICE_UNAVAILABLE, format!("redis: {e}\n")).into_response()
             }
         }
     }
     (StatusCode::NOT_FOUND, "unknown timer\n").into_response()
+}
+
+/// The JSON of a looked-up timer.
+fn timer_json(id: &str, partition: i32, t: &TimerView) -> serde_json::Value {
+    let def = t.def.as_ref();
+    serde_json::json!({
+        "timer_id": id,
+        "partition": partition,
+        "version": t.version,
+        "state": t.state.map(|s| s.as_str()),
+        "due_ms": t.due_ms,
+        "request_id": t.request_id,
+        "application": def.map(|d| d.application.clone()),
+        "callback_topic": def.and_then(|d| d.callback.topic.clone()),
+        "payload_bytes": def.map(|d| d.callback.payload.len()),
+        "kind": if t.cron { "CRON" } else { "ONCE" },
+        "schedule": t.schedule,
+        "fires": t.fires,
+        "last_fired_due_ms": t.last_fired_due_ms,
+        "materialised_through_ms": t.materialised_through_ms,
+        "dead_letters": t.dead_letters.count,
+        "last_dead_letter_due_ms": t.dead_letters.last_due_ms,
+        "last_dead_letter_reason": t.dead_letters.last_reason,
+    })
 }

@@ -5,8 +5,8 @@ use crate::command::{
     Callback, CommandKind, CommandResult, DeliveryMode, MisfirePolicy, TimerCommand,
 };
 use crate::config::{KafkaArgs, SendArgs, SendFormat, SendKind, SendMisfire, TailArgs};
+use crate::kafka;
 use crate::now_ms;
-use crate::service::client_config;
 use crate::sink::headers;
 use anyhow::Context;
 use rdkafka::config::FromClientConfig;
@@ -20,8 +20,7 @@ use std::time::Duration;
 /// `ktimer send`: produces commands and prints where they went.
 pub async fn send(args: SendArgs) -> anyhow::Result<()> {
     let codec = Codec::new(args.kafka.schema_registry_url.as_deref())?;
-    let producer: FutureProducer = client_config(&args.kafka)
-        .set("enable.idempotence", "true")
+    let producer: FutureProducer = kafka::producer(&args.kafka)
         .create()
         .context("creating the producer")?;
     let cmds = match &args.file {
@@ -208,11 +207,8 @@ pub fn assigned_consumer<C: Consumer + FromClientConfig>(
     topics: &[String],
     from_beginning: bool,
 ) -> anyhow::Result<C> {
-    let consumer: C = client_config(k)
-        .set("group.id", format!("ktimer-tail-{}", unique()))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10")
-        .create()?;
+    let group = format!("ktimer-tail-{}", unique());
+    let consumer: C = kafka::reader(k, &group).create()?;
     let mut tpl = TopicPartitionList::new();
     for t in topics {
         let md = consumer.fetch_metadata(Some(t), Duration::from_secs(10))?;

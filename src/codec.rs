@@ -11,7 +11,7 @@
 //! the Confluent format when a registry is configured, as single objects otherwise.
 
 use crate::command::{CommandResult, FiredEvent, TimerCommand};
-use crate::validate::TimerDef;
+use crate::timer::TimerDef;
 use apache_avro::headers::{HeaderBuilder, RabinFingerprintHeader};
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
@@ -44,9 +44,9 @@ pub enum CodecError {
     Encode(String),
 }
 
-impl CodecError {
-    /// Whether the same call may succeed later.
-    pub fn is_retryable(&self) -> bool {
+impl crate::retry::Retryable for CodecError {
+    /// Only a registry that said so (unreachable, 5xx).
+    fn is_retryable(&self) -> bool {
         matches!(
             self,
             CodecError::Registry {

@@ -1,8 +1,8 @@
-//! The wire types of ktimer (mirroring `schemas/*.avsc`) and command validation.
+//! The wire types of ktimer, mirroring `schemas/*.avsc`.
 //!
 //! [`TimerCommand`], [`CommandResult`] and [`FiredEvent`] serialize to the Avro
-//! schemas in `schemas/` and, for hand-written commands, to JSON. Validation turns a
-//! decoded command into an [`Op`] the store can apply, or a reason for rejecting it.
+//! schemas in `schemas/` and, for hand-written commands, to JSON. [`crate::validate`]
+//! turns a decoded command into a [`crate::timer::Op`] the store can apply.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -181,6 +181,15 @@ impl Outcome {
             Outcome::Accepted => "ACCEPTED",
             Outcome::Duplicate => "DUPLICATE",
             Outcome::Rejected => "REJECTED",
+        }
+    }
+
+    /// The metric label (`accepted`, `duplicate`, `rejected`).
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Rejected => "rejected",
         }
     }
 }

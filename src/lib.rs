@@ -4,24 +4,43 @@
 //! Each instance of the consumer group owns some partitions of that topic; a partition is
 //! the unit of ownership (the "bucket"), so the group coordinator decides who fires what.
 //!
-//! Layout, one module per concern:
-//! - [`config`]: the command line (clap; every flag has an environment variable).
-//! - [`command`]: the wire types (mirroring `schemas/*.avsc`); [`validate`]: checks.
-//! - [`schedule`]: cron expressions, time zones, DST rules, misfire planning.
-//! - [`codec`]: Confluent Avro, Avro single-object and JSON encodings.
-//! - [`intake`]: consumes commands, applies them, answers each, commits offsets after.
+//! The layout follows a command through the service:
+//!
+//! ```text
+//! record --> intake: prepare --> apply --> answer      (results topic, then offsets)
+//!                               |
+//!                             store (Redis, Lua)  <-- ownership (epochs, replay)
+//!                               |
+//!            migrator --> trigger: wake, gate, lease, delivery --> sink (callback topic)
+//! ```
+//!
+//! - [`command`]: the wire types (mirroring `schemas/*.avsc`); [`codec`]: Confluent Avro,
+//!   Avro single-object and JSON encodings.
+//! - [`validate`]: a decoded command becomes an operation, or a reason (pure);
+//!   [`schedule`]: cron expressions, time zones, DST rules, misfire planning (pure).
+//! - [`timer`]: the domain types the flow passes along (operation, schedule, stored
+//!   definition, apply request and its typed outcome, the claimed fire).
+//! - [`intake`]: consumes commands; `prepare` (decode, validate, deliverability), `apply`
+//!   (Redis, fencing, waking triggers), `answer` (results, then offsets).
 //! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
-//! - [`ownership`]: partition assignment, fencing epochs, replay when Redis lost data.
-//! - [`store`]: Redis keys, minute slices and the Lua scripts (`src/store/*.lua`).
-//! - [`trigger`]: one task per owned partition, firing timers at the due millisecond.
-//! - [`migrator`]: one task per owned partition, materialising cron occurrences ahead.
-//! - [`sink`]: the idempotent producer of fired records, results and dead letters.
-//! - [`admin`]: HTTP `/metrics`, health, readiness and timer look-up.
-//! - [`metrics`]: every Prometheus metric; [`shutdown`]: the cancellation token;
-//!   [`retry`]: the backoff every retry loop shares.
+//! - [`ownership`]: the consumer's rebalance callback, the owned partitions with their
+//!   tasks, fencing epochs, replay when Redis lost data.
+//! - [`store`]: Redis keys and hash fields, one file per script family (apply, fires,
+//!   cron, epoch) and a typed view; the Lua scripts are `src/store/*.lua`.
+//! - [`trigger`]: one task per owned partition firing timers at the due millisecond
+//!   (`wake`, `gate`, `lease`, `delivery`, `task`); [`migrator`]: one task per owned
+//!   partition materialising cron occurrences ahead.
+//! - [`sink`]: the idempotent producer (`record`: pure record building, `send`:
+//!   back-pressure and delivery).
+//! - [`admin`]: HTTP `/metrics`, health, readiness and timer look-up; [`status`]: what an
+//!   instance reports about itself.
+//! - [`config`]: the command line (clap; every flag has an environment variable);
+//!   [`kafka`]: every librdkafka configuration; [`metrics`]: every Prometheus metric;
+//!   [`shutdown`]: the cancellation token; [`retry`]: the one retry helper and backoff;
+//!   [`clock`]: the clock tests can pause.
 //! - [`topics`]: topic declarations (`topics/`) and `ktimer topics apply`.
-//! - [`service`]: wires it all; [`client`]: `ktimer send` and `ktimer tail`.
-//! - [`bench`]: `ktimer bench`, throughput and lateness against a pass-through baseline.
+//! - [`service`]: wires one instance; [`client`]: `ktimer send` and `ktimer tail`;
+//!   [`bench`]: `ktimer bench`, throughput and lateness against a pass-through baseline.
 //!
 //! Delivery is at-least-once and never early: a fire is claimed into an in-flight set
 //! before it is produced and leaves it only when the broker acknowledged the record; a
@@ -32,10 +51,12 @@ pub mod admin;
 pub mod bench;
 pub mod catalog;
 pub mod client;
+pub mod clock;
 pub mod codec;
 pub mod command;
 pub mod config;
 pub mod intake;
+pub mod kafka;
 pub mod metrics;
 pub mod migrator;
 pub mod ownership;
@@ -44,15 +65,11 @@ pub mod schedule;
 pub mod service;
 pub mod shutdown;
 pub mod sink;
+pub mod status;
 pub mod store;
+pub mod timer;
 pub mod topics;
 pub mod trigger;
 pub mod validate;
 
-/// Wall-clock now, Unix epoch milliseconds (floored: never ahead of the real time).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use clock::now_ms;

@@ -19,7 +19,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Run(args) => {
-            let (status, _) = tokio::sync::watch::channel(service::Status::default());
+            let (status, _) = tokio::sync::watch::channel(ktimer::status::Status::default());
             let token = shutdown::on_signals();
             let deadline = std::time::Duration::from_millis(args.shutdown_timeout_ms);
             let run = service::run(args, token.clone(), status);
@@ -56,7 +56,7 @@ async fn apply_topics(args: TopicsApplyArgs) -> anyhow::Result<()> {
             s.partitions = p;
         }
     }
-    for (spec, applied) in topics::apply(&k.brokers, &specs).await? {
+    for (spec, applied) in topics::apply(&ktimer::kafka::client(k), &specs).await? {
         let what = match applied {
             topics::Applied::Created => format!("created with {} partitions", spec.partitions),
             topics::Applied::Exists(n) => format!("exists with {n} partitions"),

@@ -4,21 +4,20 @@
 //! at most `--cron-max-per-pass` occurrences per timer per pass). The cron index scores
 //! each scheduled cron timer by when its window is half used; the migrator wakes every
 //! second (or at once when the intake resumed a timer), extends every window that is
-//! due, and wakes the trigger when it stored an occurrence earlier than the trigger
-//! planned to look. Creating or updating a timer materialises its first window in the
+//! due, and reports the earliest occurrence it stored (the owner wakes the partition's
+//! trigger with it; the migrator knows nothing of the trigger). Creating or updating a timer materialises its first window in the
 //! same atomic step as the command, so no fire ever waits for the migrator; a timer that
 //! fires every second is materialised hundreds of fires ahead.
 //!
 //! Occurrences missed while nobody owned the partition are planned under the timer's
 //! misfire policy (see [`crate::schedule::Compiled::plan`]).
 
+use crate::clock::Clock;
 use crate::metrics::Metrics;
-use crate::now_ms;
-use crate::retry;
+use crate::retry::{Retry, Stopped};
 use crate::schedule::{Occurrences, PlanConfig};
 use crate::shutdown::CancellationToken;
-use crate::store::{Store, StoreError};
-use crate::trigger::Wake;
+use crate::store::{CronDue, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -27,6 +26,18 @@ use tokio::sync::Notify;
 const BATCH: usize = 200;
 /// Longest sleep between two looks at the cron index.
 const IDLE: Duration = Duration::from_secs(1);
+
+/// Migrator tuning.
+#[derive(Debug, Clone, Copy)]
+pub struct MigratorConfig {
+    /// Window, cap per pass, misfire threshold.
+    pub plan: PlanConfig,
+    /// The clock.
+    pub clock: Clock,
+}
+
+/// Called with the earliest occurrence a pass stored.
+pub type OnDue = Box<dyn Fn(i64) + Send + Sync>;
 
 /// The intake's handle on a running migrator.
 pub struct MigratorHandle {
@@ -44,24 +55,29 @@ impl MigratorHandle {
     }
 }
 
-/// Starts the migrator of `partition` holding `epoch`; it wakes `trigger` for new fires.
+/// Starts the migrator of `partition` holding `epoch`; `on_due` hears of every pass's
+/// earliest new occurrence.
 pub fn spawn(
     partition: i32,
     epoch: i64,
     store: Store,
-    plan: PlanConfig,
-    trigger: Arc<Wake>,
-    metrics: Arc<Metrics>,
+    cfg: MigratorConfig,
+    on_due: OnDue,
+    metrics: &Metrics,
     token: CancellationToken,
 ) -> MigratorHandle {
     let wake = Arc::new(Notify::new());
+    let retry = Retry::new("migrator", &token)
+        .partition(partition)
+        .counting(metrics.redis_errors.with_label_values(&["migrate"]));
     let m = Migrator {
         partition,
         epoch,
         store,
-        plan,
-        trigger,
-        metrics,
+        plan: cfg.plan,
+        clock: cfg.clock,
+        on_due,
+        retry,
         wake: wake.clone(),
         token: token.clone(),
     };
@@ -74,37 +90,26 @@ struct Migrator {
     epoch: i64,
     store: Store,
     plan: PlanConfig,
-    trigger: Arc<Wake>,
-    metrics: Arc<Metrics>,
+    clock: Clock,
+    on_due: OnDue,
+    retry: Retry,
     wake: Arc<Notify>,
     token: CancellationToken,
 }
 
 impl Migrator {
     async fn run(self) {
-        let mut failures = 0u32;
         while !self.token.is_cancelled() {
-            match self.step().await {
+            match self.retry.run(StoreError::is_fenced, || self.step()).await {
                 Ok(true) => continue,
-                Ok(false) => failures = 0,
-                Err(StoreError::Fenced(_)) => {
+                Ok(false) => {}
+                Err(Stopped::Shutdown) => return,
+                Err(Stopped::Fatal(_)) => {
                     tracing::warn!(
                         partition = self.partition,
                         "migrator stopped: partition lost"
                     );
                     return;
-                }
-                Err(e) => {
-                    self.metrics
-                        .redis_errors
-                        .with_label_values(&["migrate"])
-                        .inc();
-                    failures += 1;
-                    if retry::worth_logging(failures) {
-                        tracing::warn!(partition = self.partition, error = %e, failures, "migrator: redis call failed; retrying");
-                    }
-                    retry::pause(&self.token, failures).await;
-                    continue;
                 }
             }
             tokio::select! {
@@ -117,7 +122,7 @@ impl Migrator {
 
     /// Extends the windows that are due; `true` when there may be more right away.
     async fn step(&self) -> Result<bool, StoreError> {
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let due = self
             .store
             .cron_due(self.partition, self.epoch, now, BATCH)
@@ -126,34 +131,41 @@ impl Migrator {
             return Ok(false);
         }
         let full = due.len() >= BATCH;
-        let mut batch = Vec::with_capacity(due.len());
-        for d in due {
-            let compiled = match &d.spec {
-                Ok(spec) => spec.compile().map(|c| (c, spec.misfire)),
-                Err(e) => Err(e.to_string()),
-            };
-            let o = match compiled {
-                Ok((c, misfire)) => c.plan(d.covered_ms, now, misfire, &self.plan),
-                Err(e) => {
-                    // Cannot happen for a schedule validated at intake; complete the timer
-                    // rather than retry it forever.
-                    tracing::error!(partition = self.partition, timer_id = %d.timer_id, error = %e,
-                        "stored cron schedule unreadable; completing the timer");
-                    Occurrences {
-                        dues: vec![],
-                        covered_ms: d.covered_ms,
-                        exhausted: true,
-                    }
-                }
-            };
-            batch.push((d, o));
-        }
+        let batch: Vec<_> = due
+            .into_iter()
+            .map(|d| {
+                let o = self.occurrences(&d, now);
+                (d, o)
+            })
+            .collect();
         self.store
-            .materialize(self.partition, self.epoch, &batch)
+            .materialize(self.partition, self.epoch, &batch, now)
             .await?;
         if let Some(first) = batch.iter().filter_map(|(_, o)| o.dues.first()).min() {
-            self.trigger.due(*first);
+            (self.on_due)(*first);
         }
         Ok(full)
+    }
+
+    /// The next window of `d`, planned at `now` under its misfire policy.
+    fn occurrences(&self, d: &CronDue, now: i64) -> Occurrences {
+        let compiled = match &d.spec {
+            Ok(spec) => spec.compile().map(|c| (c, spec.misfire)),
+            Err(e) => Err(e.to_string()),
+        };
+        match compiled {
+            Ok((c, misfire)) => c.plan(d.covered_ms, now, misfire, &self.plan),
+            Err(e) => {
+                // Cannot happen for a schedule validated at intake; complete the timer
+                // rather than retry it forever.
+                tracing::error!(partition = self.partition, timer_id = %d.timer_id, error = %e,
+                    "stored cron schedule unreadable; completing the timer");
+                Occurrences {
+                    dues: vec![],
+                    covered_ms: d.covered_ms,
+                    exhausted: true,
+                }
+            }
+        }
     }
 }

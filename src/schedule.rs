@@ -73,6 +73,16 @@ pub struct PlanConfig {
     pub misfire_threshold_ms: i64,
 }
 
+impl From<&crate::config::RunArgs> for PlanConfig {
+    fn from(a: &crate::config::RunArgs) -> PlanConfig {
+        PlanConfig {
+            window_ms: a.cron_window_ms,
+            max_per_pass: a.cron_max_per_pass,
+            misfire_threshold_ms: a.misfire_threshold_ms,
+        }
+    }
+}
+
 impl Default for PlanConfig {
     fn default() -> Self {
         PlanConfig {

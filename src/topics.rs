@@ -25,9 +25,9 @@ pub enum TopicsError {
     Kafka(#[from] KafkaError),
 }
 
-impl TopicsError {
-    /// Whether applying again may succeed.
-    pub fn is_retryable(&self) -> bool {
+impl crate::retry::Retryable for TopicsError {
+    /// Broker errors may pass; a bad declaration file does not.
+    fn is_retryable(&self) -> bool {
         matches!(self, TopicsError::Kafka(_))
     }
 }
@@ -89,13 +89,12 @@ pub enum Applied {
 }
 
 /// Creates the declared topics that are missing and checks the others.
+/// `cfg` is a client configuration ([`crate::kafka::client`]).
 pub async fn apply(
-    brokers: &str,
+    cfg: &ClientConfig,
     specs: &[TopicSpec],
 ) -> Result<Vec<(TopicSpec, Applied)>, TopicsError> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
+    let admin: AdminClient<DefaultClientContext> = cfg.create()?;
     let new: Vec<NewTopic> = specs
         .iter()
         .map(|s| {
@@ -112,9 +111,7 @@ pub async fn apply(
         .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin.create_topics(&new, &opts).await?;
-    let meta_client: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
+    let meta_client: BaseConsumer = cfg.create()?;
     let mut out = Vec::new();
     for (spec, r) in specs.iter().zip(results) {
         match r {

@@ -1,8 +1,9 @@
 //! Validation: turns a decoded [`TimerCommand`] into an [`Op`] for the store, or a
-//! reason a person can act on.
+//! reason a person can act on. Pure: no I/O, the time is an argument.
 
 use crate::command::{Callback, CommandKind, MisfirePolicy, TimerCommand};
-use crate::schedule::{CronSpec, Occurrences, PlanConfig};
+use crate::schedule::{CronSpec, PlanConfig};
+use crate::timer::{Op, Schedule, TimerDef};
 
 /// Limits applied to every command, and how cron schedules are materialised.
 #[derive(Debug, Clone)]
@@ -15,6 +16,16 @@ pub struct Limits {
     pub plan: PlanConfig,
 }
 
+impl From<&crate::config::RunArgs> for Limits {
+    fn from(a: &crate::config::RunArgs) -> Limits {
+        Limits {
+            max_horizon_ms: a.max_horizon_days.saturating_mul(86_400_000),
+            max_payload_bytes: a.max_payload_bytes,
+            plan: a.into(),
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -23,73 +34,6 @@ impl Default for Limits {
             plan: PlanConfig::default(),
         }
     }
-}
-
-/// A validated command, ready to be applied to the store.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Op {
-    /// Create a timer.
-    Create {
-        /// When it fires.
-        schedule: Schedule,
-        /// What to deliver.
-        def: TimerDef,
-    },
-    /// Replace a timer's schedule, and its callback when `def` is given.
-    Update {
-        /// The new schedule.
-        schedule: Schedule,
-        /// The new definition; `None` keeps the current one.
-        def: Option<TimerDef>,
-    },
-    /// Pause the timer: no fires until resumed.
-    Pause,
-    /// Resume a paused timer: occurrences from `origin_ms` on.
-    Resume {
-        /// The resume command's record timestamp.
-        origin_ms: i64,
-    },
-    /// Cancel the timer.
-    Cancel,
-}
-
-/// When a timer fires.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Schedule {
-    /// Once, at `due_ms`.
-    Once {
-        /// Due instant, Unix epoch ms.
-        due_ms: i64,
-    },
-    /// On a cron schedule; `first` holds the occurrences of the current window.
-    Cron {
-        /// The schedule as given.
-        spec: CronSpec,
-        /// The occurrences to materialise now.
-        first: Occurrences,
-        /// The first occurrence, also when it lies beyond the window.
-        next_ms: Option<i64>,
-    },
-}
-
-impl Schedule {
-    /// The first due instant, if any.
-    pub fn first_due(&self) -> Option<i64> {
-        match self {
-            Schedule::Once { due_ms } => Some(*due_ms),
-            Schedule::Cron { next_ms, .. } => *next_ms,
-        }
-    }
-}
-
-/// What a timer delivers when it fires; stored with the timer.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename = "StoredTimer")]
-pub struct TimerDef {
-    /// Owning application.
-    pub application: String,
-    /// Callback target and payload.
-    pub callback: Callback,
 }
 
 /// Checks `cmd` (read from a record with `key` and timestamp `record_ts_ms`) at `now_ms`.

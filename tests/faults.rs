@@ -7,7 +7,8 @@
 mod common;
 
 use common::checker::{check, commands, due_near, gather, spread, Bounds, Expected};
-use common::world::{Instance, World};
+use common::child::ChildProcess;
+use common::world::World;
 use common::TestEnv;
 use ktimer::command::Outcome;
 use ktimer::now_ms;
@@ -44,7 +45,7 @@ async fn load(env: &TestEnv, got: &mut common::Collected, expected: &Expected) {
 }
 
 /// Waits until the instances own `partitions` partitions between them.
-async fn settled(instances: &[&Instance], partitions: f64) {
+async fn settled(instances: &[&ChildProcess], partitions: f64) {
     let deadline = tokio::time::Instant::now() + MIN;
     while tokio::time::Instant::now() < deadline {
         let owned: f64 = instances
@@ -65,9 +66,9 @@ async fn kill_9_while_firing_the_other_instance_takes_over() {
     let w = World::start("kill9", false);
     let env = TestEnv::on(&w.servers(), "kill9", 4, FAST).await;
     let mut got = env.collect();
-    let mut a = Instance::spawn(&env, &[], &w.dir.join("a.log"));
+    let mut a = ChildProcess::spawn(&env, &[], &w.dir.join("a.log"));
     a.ready(MIN).await;
-    let b = Instance::spawn(&env, &[], &w.dir.join("b.log"));
+    let b = ChildProcess::spawn(&env, &[], &w.dir.join("b.log"));
     b.ready(MIN).await;
     settled(&[&a, &b], 4.0).await;
     let expected = spread("k", 2_000, now_ms() + 4_000, 8_000);
@@ -93,16 +94,16 @@ async fn rebalances_under_load() {
     let w = World::start("rebalance", false);
     let env = TestEnv::on(&w.servers(), "rebalance", 4, FAST).await;
     let mut got = env.collect();
-    let mut a = Instance::spawn(&env, &[], &w.dir.join("a.log"));
+    let mut a = ChildProcess::spawn(&env, &[], &w.dir.join("a.log"));
     a.ready(MIN).await;
     let expected = spread("r", 3_000, now_ms() + 3_000, 20_000);
     load(&env, &mut got, &expected).await;
     let mut changes = Vec::new();
-    let b = Instance::spawn(&env, &[], &w.dir.join("b.log"));
+    let b = ChildProcess::spawn(&env, &[], &w.dir.join("b.log"));
     changes.push(now_ms());
     b.ready(MIN).await;
     settled(&[&a, &b], 4.0).await;
-    let mut c = Instance::spawn(&env, &[], &w.dir.join("c.log"));
+    let mut c = ChildProcess::spawn(&env, &[], &w.dir.join("c.log"));
     changes.push(now_ms());
     c.ready(MIN).await;
     settled(&[&a, &b, &c], 4.0).await;
@@ -134,9 +135,9 @@ async fn a_frozen_instance_never_fires_after_losing_its_partitions() {
     let w = World::start("sigstop", false);
     let env = TestEnv::on(&w.servers(), "sigstop", 4, FAST).await;
     let mut got = env.collect();
-    let a = Instance::spawn(&env, &[], &w.dir.join("a.log"));
+    let a = ChildProcess::spawn(&env, &[], &w.dir.join("a.log"));
     a.ready(MIN).await;
-    let b = Instance::spawn(&env, &[], &w.dir.join("b.log"));
+    let b = ChildProcess::spawn(&env, &[], &w.dir.join("b.log"));
     b.ready(MIN).await;
     settled(&[&a, &b], 4.0).await;
     let expected = spread("s", 2_000, now_ms() + 3_000, 20_000);

@@ -12,6 +12,7 @@ use common::{once_at, TestEnv};
 use ktimer::codec::{Codec, Encoding};
 use ktimer::command::Outcome;
 use ktimer::now_ms;
+use ktimer::retry::Retryable;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -4,8 +4,8 @@ use super::observe::Progress;
 use crate::codec::Codec;
 use crate::command::{Callback, CommandKind, DeliveryMode, TimerCommand};
 use crate::config::KafkaArgs;
+use crate::kafka;
 use crate::now_ms;
-use crate::service::client_config;
 use crate::sink::{delivered, enqueue};
 use anyhow::Context;
 use futures::stream::FuturesUnordered;
@@ -66,11 +66,7 @@ pub struct Produced {
 
 /// The bench's producer of commands (idempotent, batching).
 pub fn producer(kafka: &KafkaArgs) -> anyhow::Result<FutureProducer> {
-    client_config(kafka)
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .set("batch.num.messages", "10000")
-        .set("queue.buffering.max.messages", "1000000")
+    kafka::bulk_producer(kafka)
         .create()
         .context("creating the bench producer")
 }

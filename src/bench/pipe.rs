@@ -9,7 +9,8 @@ use super::load::{self, Produced, Rec};
 use super::observe::Progress;
 use crate::client::assigned_consumer;
 use crate::config::KafkaArgs;
-use crate::sink::{delivered, enqueue, headers, producer_config};
+use crate::kafka;
+use crate::sink::{delivered, enqueue, headers};
 use anyhow::Context;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -65,7 +66,7 @@ pub async fn fill(
 /// ktimer's producer settings, and returns once the broker acknowledged all of them.
 pub async fn run(kafka: &KafkaArgs, from: &str, to: &str, n: usize) -> anyhow::Result<()> {
     let consumer: StreamConsumer = assigned_consumer(kafka, &[from.to_string()], true)?;
-    let producer: FutureProducer = producer_config(&kafka.brokers, &kafka.kafka_options)
+    let producer: FutureProducer = kafka::producer(kafka)
         .create()
         .context("creating the pipe's producer")?;
     let mut acks = FuturesUnordered::new();

@@ -1,8 +1,9 @@
 //! The bench's surroundings: fresh topics, the instances it starts, Redis, clean-up.
 
 use crate::config::{BenchArgs, KafkaArgs, RunArgs};
-use crate::service::{self, Status};
+use crate::service;
 use crate::shutdown::CancellationToken;
+use crate::status::Status;
 use crate::topics::{self, TopicSpec};
 use anyhow::Context;
 use clap::Parser;
@@ -90,7 +91,7 @@ impl Env {
                 configs: Default::default(),
             })
             .collect();
-        topics::apply(&kafka.brokers, &specs)
+        topics::apply(&crate::kafka::client(&kafka), &specs)
             .await
             .context("creating the bench topics")?;
         eprintln!(
@@ -195,7 +196,7 @@ impl Env {
     async fn check_running(&self) -> anyhow::Result<()> {
         let k = self.kafka.clone();
         tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            let c: rdkafka::consumer::BaseConsumer = service::client_config(&k).create()?;
+            let c: rdkafka::consumer::BaseConsumer = crate::kafka::client(&k).create()?;
             for t in [&k.commands_topic, &k.results_topic] {
                 anyhow::ensure!(
                     topics::partition_count(&c, t)? > 0,
@@ -242,7 +243,7 @@ impl Env {
             );
             return;
         }
-        if let Err(e) = delete_topics(&self.kafka.brokers, &self.created).await {
+        if let Err(e) = delete_topics(&self.kafka, &self.created).await {
             eprintln!("bench: deleting the topics failed: {e:#}");
         }
         if let Some(prefix) = &self.prefix {
@@ -254,10 +255,8 @@ impl Env {
     }
 }
 
-async fn delete_topics(brokers: &str, names: &[String]) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()?;
+async fn delete_topics(kafka: &KafkaArgs, names: &[String]) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = crate::kafka::client(kafka).create()?;
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     for r in admin.delete_topics(&names, &AdminOptions::new()).await? {
         if let Err((t, code)) = r {

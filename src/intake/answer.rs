@@ -7,10 +7,9 @@
 //! so stored offsets only grow.
 
 use super::Handled;
-use crate::command::Outcome;
 use crate::metrics::Metrics;
 use crate::ownership::IntakeContext;
-use crate::retry;
+use crate::retry::Retry;
 use crate::shutdown::CancellationToken;
 use crate::sink::{delivered, Sink, SinkError};
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -32,11 +31,7 @@ pub(crate) struct Batch {
 pub(crate) async fn send(sink: &Sink, metrics: &Metrics, handled: Vec<Handled>) -> Batch {
     let mut sent = Vec::with_capacity(handled.len());
     for h in &handled {
-        let outcome = match h.result.outcome {
-            Outcome::Accepted => "accepted",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Rejected => "rejected",
-        };
+        let outcome = h.result.outcome.label();
         metrics.commands.with_label_values(&[outcome]).inc();
         sent.push(sink.send_result(h.key.as_deref(), &h.result).await);
     }
@@ -52,20 +47,26 @@ pub(crate) async fn confirm(
     topic: String,
     token: CancellationToken,
 ) {
+    let retry = Retry::new("command result", &token);
     while let Some(batch) = batches.recv().await {
         let mut next_offsets: HashMap<i32, i64> = HashMap::new();
         for (h, sent) in batch.handled.iter().zip(batch.sent) {
-            let mut res = confirmed(sent).await;
-            let mut attempt = 0u32;
-            while let Err(e) = res {
-                attempt += 1;
-                if retry::worth_logging(attempt) {
-                    tracing::warn!(error = %e, attempt, "command result not delivered; retrying");
+            // The first try waits for the record already enqueued; retries send it again.
+            let mut first = Some(sent);
+            let sink = &sink;
+            let resend = || {
+                let first = first.take();
+                async move {
+                    match first {
+                        Some(sent) => confirmed(sent).await,
+                        None => {
+                            confirmed(sink.send_result(h.key.as_deref(), &h.result).await).await
+                        }
+                    }
                 }
-                if !retry::pause(&token, attempt).await {
-                    return;
-                }
-                res = confirmed(sink.send_result(h.key.as_deref(), &h.result).await).await;
+            };
+            if retry.forever(resend).await.is_none() {
+                return;
             }
             next_offsets.insert(h.partition, h.offset);
         }

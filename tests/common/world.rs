@@ -1,9 +1,8 @@
 //! Servers a fault scenario owns alone (so it can kill, freeze or wipe them without
-//! disturbing other tests), and ktimer instances as child processes (so they can be
-//! killed with SIGKILL or frozen with SIGSTOP).
+//! disturbing other tests).
 
-use super::{free_port, spawn_server, tansu_bin, wait_for_port, Servers, TestEnv};
-use std::process::{Child, Command as Proc, Stdio};
+use super::{free_port, spawn_server, tansu_bin, wait_for_port, Servers};
+use std::process::Command as Proc;
 use std::time::Duration;
 
 /// Sends `sig` to `pid`.
@@ -152,89 +151,5 @@ impl World {
             redis_url: self.redis.url(),
             brokers: format!("127.0.0.1:{}", self.broker.port),
         }
-    }
-}
-
-/// A ktimer instance running as a child process.
-pub struct Instance {
-    child: Child,
-    pub admin_port: u16,
-}
-
-impl Instance {
-    /// Starts `ktimer run` with the environment's flags plus `extra`, logging to `log`.
-    pub fn spawn(env: &TestEnv, extra: &[&str], log: &std::path::Path) -> Instance {
-        let admin_port = free_port();
-        let log = std::fs::File::create(log).expect("log file");
-        let mut cmd = Proc::new(env!("CARGO_BIN_EXE_ktimer"));
-        cmd.args(&env.argv[1..])
-            .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")])
-            .args(extra)
-            .env("KTIMER_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log));
-        let child = cmd.spawn().expect("spawn ktimer");
-        super::CHILDREN.lock().unwrap().push(child.id());
-        Instance { child, admin_port }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// An admin endpoint's status and body, if the instance answers.
-    pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(&format!("127.0.0.1:{}", self.admin_port), path)
-    }
-
-    /// Waits until the instance joined the group (`/readyz` answers 200).
-    pub async fn ready(&self, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        while tokio::time::Instant::now() < deadline {
-            if matches!(self.get("/readyz"), Some((200, _))) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("ktimer {} not ready within {limit:?}", self.pid());
-    }
-
-    /// The value of a metric (summed over its labels) from `/metrics`.
-    pub fn metric(&self, name: &str) -> Option<f64> {
-        let (_, body) = self.get("/metrics")?;
-        let vals: Vec<f64> = body
-            .lines()
-            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-            .collect();
-        (!vals.is_empty()).then(|| vals.iter().sum())
-    }
-
-    pub fn kill9(&mut self) {
-        signal(self.pid(), libc::SIGKILL);
-        let _ = self.child.wait();
-    }
-
-    pub fn freeze(&self) {
-        signal(self.pid(), libc::SIGSTOP);
-    }
-
-    pub fn thaw(&self) {
-        signal(self.pid(), libc::SIGCONT);
-    }
-
-    /// SIGTERM, then waits for the exit; returns its exit status and how long it took.
-    pub fn terminate(&mut self) -> (std::process::ExitStatus, Duration) {
-        let t = std::time::Instant::now();
-        signal(self.pid(), libc::SIGTERM);
-        let st = self.child.wait().expect("wait");
-        (st, t.elapsed())
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

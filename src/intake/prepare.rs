@@ -1,0 +1,152 @@
+//! Preparing a batch: decode each record, validate the command, and check that its
+//! callback topic would accept the fires. Nothing is written to Redis here.
+
+use super::{Handled, Intake};
+use crate::codec::CodecError;
+use crate::command::{CommandResult, Outcome, TimerCommand};
+use crate::retry::{Retry, Retryable, Stopped};
+use crate::sink::delivered;
+use crate::timer::{ApplyRequest, Op};
+use crate::validate::validate;
+use rdkafka::message::{Message, OwnedMessage};
+
+/// A prepared batch: one [`Handled`] per record, and the valid commands to apply.
+pub(super) struct Prepared {
+    /// Every record, its result so far (rejected until applied).
+    pub handled: Vec<Handled>,
+    /// The valid commands, in record order.
+    pub requests: Vec<ApplyRequest>,
+    /// `slots[i]`: the index in `handled` of `requests[i]`'s record.
+    pub slots: Vec<usize>,
+}
+
+impl Intake {
+    /// Prepares the records of live partitions; `None` on shutdown.
+    pub(super) async fn prepare(&self, msgs: &[&OwnedMessage]) -> Option<Prepared> {
+        let now = self.clock.now_ms();
+        let mut out = Prepared {
+            handled: Vec::with_capacity(msgs.len()),
+            requests: Vec::new(),
+            slots: Vec::new(),
+        };
+        for m in msgs {
+            let Some(epoch) = self.partitions.live(m.partition()) else {
+                continue;
+            };
+            let mut h = unanswered(m, now);
+            let payload = m.payload().unwrap_or_default();
+            let cmd = match self.decode(payload).await? {
+                Ok(cmd) => cmd,
+                Err(e) => {
+                    h.result.reason = Some(e.to_string());
+                    self.dead_letter(&h, payload).await;
+                    out.handled.push(h);
+                    continue;
+                }
+            };
+            describe(&mut h.result, &cmd);
+            let ts = m.timestamp().to_millis().unwrap_or(now);
+            let valid = match validate(&cmd, h.key.as_deref(), ts, now, &self.limits) {
+                Ok(op) => match self.deliverable(&op).await {
+                    Some(why) => Err(why),
+                    None => Ok(op),
+                },
+                Err(why) => Err(why),
+            };
+            match valid {
+                Ok(op) => {
+                    out.slots.push(out.handled.len());
+                    out.requests.push(ApplyRequest {
+                        partition: m.partition(),
+                        epoch,
+                        offset: m.offset(),
+                        timer_id: cmd.timer_id,
+                        request_id: cmd.request_id,
+                        op,
+                    });
+                }
+                Err(reason) => h.result.reason = Some(reason),
+            }
+            out.handled.push(h);
+        }
+        Some(out)
+    }
+
+    /// Why the broker would refuse the fires of `op` (unknown callback topic, payload too
+    /// large for it), if it would.
+    async fn deliverable(&self, op: &Op) -> Option<String> {
+        let cb = &op.def()?.callback;
+        let topic = cb.topic.as_deref().unwrap_or(&self.sink.topics.fired);
+        self.catalog.refuses(topic, cb.payload.len()).await
+    }
+
+    /// Decodes, retrying while the schema registry is unreachable; `None` on shutdown.
+    async fn decode(&self, payload: &[u8]) -> Option<Result<TimerCommand, CodecError>> {
+        let retry = Retry::new("schema registry", &self.token);
+        let permanent = |e: &CodecError| !e.is_retryable();
+        match retry
+            .run(permanent, || self.codec.decode_command(payload))
+            .await
+        {
+            Ok(cmd) => Some(Ok(cmd)),
+            Err(Stopped::Fatal(e)) => Some(Err(e)),
+            Err(Stopped::Shutdown) => None,
+        }
+    }
+
+    /// Copies an undecodable command to the dead-letter topic, with the reason.
+    async fn dead_letter(&self, h: &Handled, payload: &[u8]) {
+        let reason = h.result.reason.as_deref().unwrap_or_default();
+        let origin = format!("{}/{}/{}", self.topic, h.partition, h.offset);
+        let key = h.key.as_deref();
+        match self
+            .sink
+            .send_dead_letter(key, payload, reason, &origin)
+            .await
+        {
+            Ok(f) => {
+                tokio::spawn(async move {
+                    if let Err(e) = delivered(f).await {
+                        tracing::warn!(error = %e, "dead-letter copy not delivered");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "dead-letter copy not sent"),
+        }
+    }
+}
+
+/// A record's result before anything is known of its command: rejected, no reason yet.
+fn unanswered(m: &OwnedMessage, now_ms: i64) -> Handled {
+    let key = m.key().map(<[u8]>::to_vec);
+    let result = CommandResult {
+        request_id: None,
+        timer_id: key
+            .as_ref()
+            .map(|k| String::from_utf8_lossy(k).into_owned()),
+        application: None,
+        kind: None,
+        outcome: Outcome::Rejected,
+        reason: None,
+        state: None,
+        version: None,
+        due_ms: None,
+        partition: m.partition(),
+        offset: m.offset(),
+        processed_at_ms: now_ms,
+    };
+    Handled {
+        partition: m.partition(),
+        offset: m.offset(),
+        key,
+        result,
+    }
+}
+
+/// Copies the command's identity into its result.
+fn describe(r: &mut CommandResult, cmd: &TimerCommand) {
+    r.request_id = Some(cmd.request_id.clone());
+    r.timer_id = Some(cmd.timer_id.clone());
+    r.application = Some(cmd.application.clone());
+    r.kind = Some(cmd.kind.as_str().to_string());
+}

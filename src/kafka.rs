@@ -1,0 +1,124 @@
+//! Every librdkafka configuration of ktimer, built in one place from [`KafkaArgs`].
+//!
+//! The user's `--kafka-option key=value` properties are applied last, so they override
+//! any default set here (security settings, timeouts, batching).
+
+use crate::config::KafkaArgs;
+use rdkafka::ClientConfig;
+
+/// The brokers and the user's options: for admin, metadata and plain clients.
+pub fn client(kafka: &KafkaArgs) -> ClientConfig {
+    with_user_options(base(kafka), kafka)
+}
+
+/// The producer of fired records, results and dead letters (also the bench's
+/// pass-through baseline): idempotent, `acks=all`, 1 ms linger, a deep local queue.
+pub fn producer(kafka: &KafkaArgs) -> ClientConfig {
+    let mut cfg = base(kafka);
+    cfg.set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("message.timeout.ms", "30000")
+        .set("queue.buffering.max.messages", "1000000");
+    with_user_options(cfg, kafka)
+}
+
+/// A producer of many records at once (the bench's load): idempotent, batching more.
+pub fn bulk_producer(kafka: &KafkaArgs) -> ClientConfig {
+    let mut cfg = base(kafka);
+    cfg.set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000");
+    with_user_options(cfg, kafka)
+}
+
+/// The commands consumer of group `group_id`. Offsets are stored by hand only after a
+/// command was applied and its result acknowledged (`enable.auto.offset.store=false`),
+/// then committed in the background: rust-rdkafka's `examples/at_least_once.rs`.
+pub fn commands_consumer(kafka: &KafkaArgs, group_id: &str) -> ClientConfig {
+    let mut cfg = base(kafka);
+    cfg.set("group.id", group_id)
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "10")
+        .set("session.timeout.ms", "10000");
+    with_user_options(cfg, kafka)
+}
+
+/// A consumer that reads partitions it assigns itself (`ktimer tail`, the bench's
+/// observers): group `group_id` is only a name, nothing is committed.
+pub fn reader(kafka: &KafkaArgs, group_id: &str) -> ClientConfig {
+    let mut cfg = base(kafka);
+    cfg.set("group.id", group_id)
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10");
+    with_user_options(cfg, kafka)
+}
+
+/// The largest record the producer sends: the user's `message.max.bytes`, if set.
+pub fn producer_max_bytes(kafka: &KafkaArgs) -> Option<usize> {
+    kafka
+        .kafka_options
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "message.max.bytes")
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+fn base(kafka: &KafkaArgs) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &kafka.brokers);
+    cfg
+}
+
+fn with_user_options(mut cfg: ClientConfig, kafka: &KafkaArgs) -> ClientConfig {
+    for (k, v) in &kafka.kafka_options {
+        cfg.set(k, v);
+    }
+    cfg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        kafka: KafkaArgs,
+    }
+
+    fn kafka(argv: &[&str]) -> KafkaArgs {
+        Args::parse_from([&["test"], argv].concat()).kafka
+    }
+
+    #[test]
+    fn user_options_override_the_defaults() {
+        let k = kafka(&["--brokers", "b:1", "--kafka-option", "linger.ms=20"]);
+        let p = producer(&k);
+        assert_eq!(p.get("bootstrap.servers"), Some("b:1"));
+        assert_eq!(p.get("linger.ms"), Some("20"));
+        assert_eq!(p.get("enable.idempotence"), Some("true"));
+        let c = commands_consumer(&k, "g");
+        assert_eq!(c.get("group.id"), Some("g"));
+        assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(c.get("linger.ms"), Some("20"));
+        assert_eq!(client(&k).get("group.id"), None);
+    }
+
+    #[test]
+    fn the_producer_limit_is_the_last_one_given() {
+        let k = kafka(&[
+            "--kafka-option",
+            "message.max.bytes=10",
+            "--kafka-option",
+            "message.max.bytes=20",
+        ]);
+        assert_eq!(producer_max_bytes(&k), Some(20));
+        assert_eq!(producer_max_bytes(&kafka(&[])), None);
+    }
+}

@@ -1,0 +1,206 @@
+//! The producer side: fired records, command results and dead letters.
+//!
+//! One idempotent producer (`acks=all`, configured in [`crate::kafka::producer`]) serves
+//! the whole instance. Sending only enqueues ([`send::enqueue`], which waits while the
+//! producer's queue is full); the returned [`DeliveryFuture`] resolves when the broker
+//! acknowledged the record, and only then may the caller forget it (acknowledge the
+//! fire, store the command offset): rust-rdkafka's `examples/at_least_once.rs` recipe.
+//! What a fire's record holds is built, pure, in [`record`].
+
+pub mod record;
+pub mod send;
+
+pub use record::{headers, Stamp};
+pub use send::{delivered, enqueue};
+
+use crate::codec::{Codec, CodecError};
+use crate::command::{CommandResult, DeliveryMode};
+use crate::retry::Retryable;
+use crate::timer::Fire;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use record::header;
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Errors of producing.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The broker or the client failed; see [`Retryable::is_retryable`].
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    /// The record could not be encoded.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// The producer went away before the record was acknowledged (shutdown). Retryable.
+    #[error("the producer was dropped before the delivery was acknowledged")]
+    Canceled,
+}
+
+impl Retryable for SinkError {
+    /// Most broker errors are transient from ktimer's point of view (leader moves,
+    /// timeouts, broker down); a record too large or a topic that does not exist is not.
+    fn is_retryable(&self) -> bool {
+        match self {
+            SinkError::Kafka(e) => !matches!(
+                e.rdkafka_error_code(),
+                Some(
+                    RDKafkaErrorCode::MessageSizeTooLarge
+                        | RDKafkaErrorCode::UnknownTopic
+                        | RDKafkaErrorCode::UnknownTopicOrPartition
+                        | RDKafkaErrorCode::TopicAuthorizationFailed
+                        | RDKafkaErrorCode::InvalidRecord
+                )
+            ),
+            SinkError::Codec(e) => e.is_retryable(),
+            SinkError::Canceled => true,
+        }
+    }
+}
+
+/// Topic names the sink writes to.
+#[derive(Debug, Clone)]
+pub struct SinkTopics {
+    /// Default callback topic.
+    pub fired: String,
+    /// Command results.
+    pub results: String,
+    /// Undecodable commands and undeliverable fires.
+    pub dead_letter: String,
+}
+
+/// The producer of everything ktimer writes to Kafka.
+pub struct Sink {
+    producer: FutureProducer,
+    instance: String,
+    codec: Arc<Codec>,
+    /// Topic names.
+    pub topics: SinkTopics,
+}
+
+impl Sink {
+    /// Creates the producer from `cfg` (see [`crate::kafka::producer`]).
+    pub fn new(
+        cfg: &ClientConfig,
+        codec: Arc<Codec>,
+        topics: SinkTopics,
+    ) -> Result<Sink, SinkError> {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .or_else(|_| std::env::var("HOSTNAME"))
+            .unwrap_or_else(|_| "localhost".into());
+        Ok(Sink {
+            producer: cfg.create()?,
+            instance: format!("{}/{}", host.trim(), std::process::id()),
+            codec,
+            topics,
+        })
+    }
+
+    /// Enqueues the record of `fire` (as `stamp` says) to its callback topic.
+    pub async fn send_fire(&self, fire: &Fire, stamp: Stamp) -> Result<DeliveryFuture, SinkError> {
+        let topic = record::topic(fire, &self.topics.fired);
+        let value = self.value(fire, stamp, topic).await?;
+        let rec = FutureRecord::to(topic)
+            .key(record::key(fire))
+            .payload(value.as_ref())
+            .headers(record::fire_headers(fire, stamp, &self.instance));
+        enqueue(&self.producer, rec).await
+    }
+
+    /// Enqueues the record of `fire` to the dead-letter topic instead, with `reason` and
+    /// the callback topic it was meant for in headers. If the record itself is too large,
+    /// only the fire's identity goes (the timer's definition stays in Redis for the
+    /// retention time).
+    pub async fn send_fire_dead_letter(
+        &self,
+        fire: &Fire,
+        stamp: Stamp,
+        reason: &str,
+    ) -> Result<DeliveryFuture, SinkError> {
+        let origin = record::topic(fire, &self.topics.fired);
+        let value = self.value(fire, stamp, origin).await?;
+        let h = record::fire_headers(fire, stamp, &self.instance)
+            .insert(header(headers::REASON, reason))
+            .insert(header(headers::ORIGIN, origin));
+        let rec = FutureRecord::to(&self.topics.dead_letter)
+            .key(record::key(fire))
+            .payload(value.as_ref())
+            .headers(h);
+        match enqueue(&self.producer, rec).await {
+            Err(SinkError::Kafka(KafkaError::MessageProduction(
+                RDKafkaErrorCode::MessageSizeTooLarge,
+            ))) => {
+                let rec = FutureRecord::<[u8], [u8]>::to(&self.topics.dead_letter)
+                    .key(fire.timer_id.as_bytes())
+                    .headers(record::identity_headers(fire, reason, origin));
+                enqueue(&self.producer, rec).await
+            }
+            other => other,
+        }
+    }
+
+    /// The value of a fire's record: the raw payload, or its envelope encoded for `topic`.
+    async fn value<'a>(
+        &self,
+        fire: &'a Fire,
+        stamp: Stamp,
+        topic: &str,
+    ) -> Result<Cow<'a, [u8]>, SinkError> {
+        let cb = &fire.def.callback;
+        Ok(match cb.mode {
+            DeliveryMode::Raw => Cow::Borrowed(cb.payload.as_slice()),
+            DeliveryMode::Envelope => {
+                let ev = record::envelope(fire, stamp);
+                Cow::Owned(self.codec.encode_fired(&ev, topic).await?)
+            }
+        })
+    }
+
+    /// Enqueues a command result, keyed by timer id (or the command's record key).
+    pub async fn send_result(
+        &self,
+        key: Option<&[u8]>,
+        result: &CommandResult,
+    ) -> Result<DeliveryFuture, SinkError> {
+        let value = self
+            .codec
+            .encode_result(result, &self.topics.results)
+            .await?;
+        let mut rec = FutureRecord::<[u8], [u8]>::to(&self.topics.results).payload(&value);
+        if let Some(k) = key {
+            rec = rec.key(k);
+        }
+        enqueue(&self.producer, rec).await
+    }
+
+    /// Enqueues a copy of an undecodable command on the dead-letter topic, with the reason.
+    pub async fn send_dead_letter(
+        &self,
+        key: Option<&[u8]>,
+        value: &[u8],
+        reason: &str,
+        origin: &str,
+    ) -> Result<DeliveryFuture, SinkError> {
+        let h = OwnedHeaders::new()
+            .insert(header(headers::REASON, reason))
+            .insert(header(headers::ORIGIN, origin));
+        let mut rec = FutureRecord::<[u8], [u8]>::to(&self.topics.dead_letter)
+            .payload(value)
+            .headers(h);
+        if let Some(k) = key {
+            rec = rec.key(k);
+        }
+        enqueue(&self.producer, rec).await
+    }
+
+    /// Waits for all enqueued records to be acknowledged, up to `timeout`.
+    pub fn flush(&self, timeout: Duration) {
+        use rdkafka::producer::Producer;
+        if let Err(e) = self.producer.flush(timeout) {
+            tracing::warn!(error = %e, "producer flush incomplete");
+        }
+    }
+}

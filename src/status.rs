@@ -1,0 +1,19 @@
+//! What a running instance reports about itself: the admin port's readiness, tests, and
+//! programs that embed ktimer read it from a `watch` channel.
+
+use std::net::SocketAddr;
+use tokio::sync::watch;
+
+/// The state of one instance.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Status {
+    /// The admin port's bound address, once listening.
+    pub admin_addr: Option<SocketAddr>,
+    /// Whether the instance has joined the consumer group (got its first assignment).
+    pub joined: bool,
+    /// The commands-topic partitions it owns, sorted.
+    pub owned: Vec<i32>,
+}
+
+/// The sending side, shared by the parts of the service that publish their state.
+pub type StatusTx = std::sync::Arc<watch::Sender<Status>>;

@@ -1,0 +1,135 @@
+use super::*;
+use crate::command::{Callback, MisfirePolicy};
+use crate::schedule::{CronSpec, Occurrences};
+
+fn req(partition: i32, offset: i64, op: Op) -> ApplyRequest {
+    ApplyRequest {
+        partition,
+        epoch: 7,
+        offset,
+        timer_id: "t1".into(),
+        request_id: "r1".into(),
+        op,
+    }
+}
+
+fn texts(args: &[Vec<u8>]) -> Vec<String> {
+    args.iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+#[test]
+fn one_shot_create_args_follow_the_script_layout() {
+    let def = TimerDef {
+        application: "app".into(),
+        callback: Callback::default(),
+    };
+    let op = Op::Create {
+        schedule: Schedule::Once { due_ms: 1_234 },
+        def: def.clone(),
+    };
+    let args = command_args(&req(0, 42, op), 0).unwrap();
+    let t = texts(&args);
+    assert_eq!(&t[..6], ["42", "create", "t1", "r1", "o", "1234"]);
+    assert_eq!(args[6], codec::encode_stored(&def).unwrap());
+    assert_eq!(&t[7..], ["", "", "", "", "", "0", "0"]);
+    // The group length apply.lua steps by: 14 + the number of occurrences.
+    assert_eq!(args.len(), 14);
+}
+
+#[test]
+fn cron_update_args_carry_the_window() {
+    let spec = CronSpec {
+        cron: "*/5 * * * * *".into(),
+        time_zone: "UTC".into(),
+        start_ms: None,
+        end_ms: None,
+        max_fires: Some(3),
+        misfire: MisfirePolicy::Skip,
+    };
+    let first = Occurrences {
+        dues: vec![5_000, 10_000],
+        covered_ms: 11_000,
+        exhausted: false,
+    };
+    let op = Op::Update {
+        schedule: Schedule::Cron {
+            spec: spec.clone(),
+            first,
+            next_ms: Some(5_000),
+        },
+        def: None,
+    };
+    let t = texts(&command_args(&req(1, 9, op), 1_000).unwrap());
+    assert_eq!(&t[..6], ["9", "update", "t1", "r1", "c", "5000"]);
+    assert_eq!(t[6], "", "no definition: the current one stays");
+    assert_eq!(serde_json::from_str::<CronSpec>(&t[7]).unwrap(), spec);
+    // misfire, max fires, covered, refill halfway between now and covered, origin.
+    assert_eq!(&t[8..13], ["skip", "3", "11000", "6000", "0"]);
+    assert_eq!(&t[13..], ["2", "5000", "10000"]);
+}
+
+#[test]
+fn lifecycle_args_have_no_schedule() {
+    let t = texts(&command_args(&req(0, 5, Op::Resume { origin_ms: 77 }), 0).unwrap());
+    assert_eq!(
+        t,
+        ["5", "resume", "t1", "r1", "", "", "", "", "", "", "", "", "77", "0"]
+    );
+    let t = texts(&command_args(&req(0, 6, Op::Cancel), 0).unwrap());
+    assert_eq!(&t[..2], ["6", "cancel"]);
+}
+
+#[test]
+fn commands_are_chunked_per_partition_in_order() {
+    let mut reqs: Vec<ApplyRequest> = (0..450).map(|i| req(0, i, Op::Cancel)).collect();
+    reqs.insert(1, req(3, 0, Op::Pause));
+    let c = chunks(&reqs);
+    assert_eq!(c.len(), 4);
+    assert_eq!(c[0].len(), APPLY_CHUNK);
+    assert_eq!(c[1], vec![1]);
+    assert_eq!(c[0][..3], [0, 2, 3]);
+    assert_eq!(c[2].len(), APPLY_CHUNK);
+    assert_eq!(c[3].len(), 50);
+    assert!(c[3].windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn answers_parse_into_typed_outcomes() {
+    let row = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let got = parse_chunk(
+        row(&[
+            "accepted",
+            "42",
+            "scheduled",
+            "1234",
+            "",
+            "duplicate",
+            "42",
+            "paused",
+            "",
+            "request r was applied already",
+            "rejected",
+            "",
+            "",
+            "",
+            "unknown timer",
+        ]),
+        3,
+    )
+    .unwrap();
+    assert_eq!(got[0].outcome, ApplyOutcome::Accepted);
+    assert_eq!(got[0].version, Some(42));
+    assert_eq!(got[0].state, Some(TimerState::Scheduled));
+    assert_eq!(got[0].due_ms, Some(1234));
+    assert_eq!(got[1].outcome, ApplyOutcome::Duplicate);
+    assert_eq!(got[1].due_ms, None);
+    assert_eq!(got[2].outcome, ApplyOutcome::Rejected);
+    assert_eq!((got[2].version, got[2].state), (None, None));
+    assert_eq!(got[2].reason, "unknown timer");
+    let fenced = parse_chunk(row(&["fenced"]), 2).unwrap();
+    assert!(fenced.iter().all(|a| a.outcome == ApplyOutcome::Fenced));
+    assert!(parse_chunk(row(&["accepted"]), 2).is_err());
+    assert!(parse_chunk(row(&["maybe", "", "", "", ""]), 1).is_err());
+}

@@ -1,0 +1,54 @@
+//! Ownership state in Redis: the partition epoch (fencing) and the applied offset.
+
+use super::{Store, StoreError};
+
+/// What Redis holds about a partition's ownership.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PartitionState {
+    /// The current owner's epoch; `None` when Redis has no record of the partition.
+    pub epoch: Option<i64>,
+    /// The highest commands-topic offset handled; `None` when none was (or Redis lost it).
+    pub applied: Option<i64>,
+}
+
+impl Store {
+    /// Takes ownership of `partition` at `now_ms`: moves its epoch past every epoch handed
+    /// out before (even before Redis lost its data), fencing the previous owner. Returns
+    /// the new epoch.
+    pub async fn acquire(&self, partition: i32, now_ms: i64) -> Result<i64, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.acquire.prepare_invoke();
+        inv.key(k.epoch()).arg(now_ms);
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (epoch,): (i64,) = self.run(&p).await?;
+        Ok(epoch)
+    }
+
+    /// What Redis holds about `partition`'s ownership: its epoch and applied offset.
+    pub async fn partition_state(&self, partition: i32) -> Result<PartitionState, StoreError> {
+        let k = self.keys(partition);
+        let (epoch, applied): (Option<i64>, Option<i64>) = redis::pipe()
+            .get(k.epoch())
+            .get(k.offset())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(PartitionState { epoch, applied })
+    }
+
+    /// The applied offsets of `partitions`, read with a blocking connection (for
+    /// librdkafka's rebalance callback, which cannot await).
+    pub fn applied_offsets_blocking(
+        &self,
+        partitions: &[i32],
+        timeout: std::time::Duration,
+    ) -> Result<Vec<Option<i64>>, StoreError> {
+        let mut conn = self.client.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        let mut p = redis::pipe();
+        for &part in partitions {
+            p.get(self.keys(part).offset());
+        }
+        Ok(p.query(&mut conn)?)
+    }
+}

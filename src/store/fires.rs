@@ -1,0 +1,151 @@
+//! The trigger's scripts: claiming due fires into the in-flight set (`claim.lua`),
+//! listing what is in flight after a takeover (`recover.lua`), and acknowledging
+//! delivered fires (`ack.lua`).
+
+use super::{bad_reply, Store, StoreError};
+use crate::codec;
+use crate::timer::{Claimed, Fire};
+
+impl Store {
+    /// Claims up to `limit` fires of `partition` due at or before `upto_ms`, at `now_ms`.
+    /// Cron occurrences due before `missed_before_ms` were missed: their timer's misfire
+    /// policy decides whether they fire.
+    pub async fn claim(
+        &self,
+        partition: i32,
+        epoch: i64,
+        upto_ms: i64,
+        limit: usize,
+        missed_before_ms: i64,
+        now_ms: i64,
+    ) -> Result<Claimed, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.claim.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.index())
+            .key(k.inflight())
+            .key(k.cron())
+            .arg(epoch)
+            .arg(upto_ms)
+            .arg(limit)
+            .arg(k.slice_prefix())
+            .arg(k.timer_prefix())
+            .arg(missed_before_ms)
+            .arg(now_ms)
+            .arg(self.retention_ms);
+        let reply: Vec<Vec<u8>> = self.listed(partition, &inv).await?;
+        let mut it = reply.into_iter();
+        let head = it.next().unwrap_or_default();
+        let next_due_ms = std::str::from_utf8(&head)
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .map(|f| f as i64);
+        Ok(Claimed {
+            fires: parse_fires(it)?,
+            next_due_ms,
+        })
+    }
+
+    /// Lists the in-flight fires of `partition`, to re-drive them after a takeover.
+    /// Missed cron occurrences (due before `missed_before_ms`) obey their misfire policy.
+    pub async fn recover(
+        &self,
+        partition: i32,
+        epoch: i64,
+        missed_before_ms: i64,
+        now_ms: i64,
+    ) -> Result<Vec<Fire>, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.recover.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.inflight())
+            .key(k.cron())
+            .arg(epoch)
+            .arg(k.timer_prefix())
+            .arg(missed_before_ms)
+            .arg(now_ms)
+            .arg(self.retention_ms);
+        let reply: Vec<Vec<u8>> = self.listed(partition, &inv).await?;
+        parse_fires(reply.into_iter())
+    }
+
+    /// Acknowledges delivered fires of `partition`; returns how many were still in flight.
+    /// A member written `!member\nreason` went to the dead-letter topic (see ack.lua).
+    pub async fn ack(
+        &self,
+        partition: i32,
+        epoch: i64,
+        members: &[String],
+    ) -> Result<i64, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.ack.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.inflight())
+            .key(k.cron())
+            .arg(epoch)
+            .arg(k.timer_prefix())
+            .arg(self.retention_ms);
+        for m in members {
+            inv.arg(m);
+        }
+        self.counted(partition, &inv).await
+    }
+}
+
+/// Parses `member, definition` pairs (member `version:due:id`) into fires.
+fn parse_fires(mut it: impl Iterator<Item = Vec<u8>>) -> Result<Vec<Fire>, StoreError> {
+    let mut out = Vec::new();
+    while let (Some(member), Some(def)) = (it.next(), it.next()) {
+        let member = String::from_utf8(member).map_err(bad_reply)?;
+        let bad = || bad_reply(format!("bad fire member {member}"));
+        let mut parts = member.splitn(3, ':');
+        let (Some(v), Some(d), Some(id)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        let version = v.parse().map_err(|_| bad())?;
+        let due_ms = d.parse().map_err(|_| bad())?;
+        let timer_id = id.to_string();
+        let def = codec::decode_stored(&def).map_err(bad_reply)?;
+        out.push(Fire {
+            member,
+            timer_id,
+            version,
+            due_ms,
+            def,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timer::TimerDef;
+
+    #[test]
+    fn fires_parse_from_member_and_definition() {
+        let def = TimerDef {
+            application: "a".into(),
+            ..Default::default()
+        };
+        let stored = codec::encode_stored(&def).unwrap();
+        let reply = vec![b"12:5000:order:42".to_vec(), stored.clone()];
+        let fires = parse_fires(reply.into_iter()).unwrap();
+        assert_eq!(
+            fires,
+            vec![Fire {
+                member: "12:5000:order:42".into(),
+                timer_id: "order:42".into(), // ids may contain the separator
+                version: 12,
+                due_ms: 5000,
+                def,
+            }]
+        );
+        for bad in ["12:5000", "x:5000:id", "12:y:id"] {
+            let reply = vec![bad.as_bytes().to_vec(), stored.clone()];
+            assert!(parse_fires(reply.into_iter()).is_err(), "{bad}");
+        }
+        assert!(parse_fires(vec![b"1:2:id".to_vec(), b"\xff".to_vec()].into_iter()).is_err());
+        assert!(parse_fires(std::iter::empty()).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,121 @@
+//! Key names and hash field names of the store: the one Rust copy of the layout the Lua
+//! scripts write (the scripts spell the same names; `store/mod.rs` has the table).
+
+/// The key names of one commands-topic partition: `PREFIX:{topic:p}:...`. The hash tag
+/// `{topic:p}` puts every key of a partition in one Redis Cluster slot.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    tag: String,
+}
+
+impl Keys {
+    /// The keys of `partition` of `topic` under `prefix`.
+    pub fn new(prefix: &str, topic: &str, partition: i32) -> Keys {
+        Keys {
+            tag: format!("{prefix}:{{{topic}:{partition}}}"),
+        }
+    }
+
+    fn key(&self, suffix: &str) -> String {
+        format!("{}:{suffix}", self.tag)
+    }
+
+    /// The owner's epoch (string).
+    pub fn epoch(&self) -> String {
+        self.key("epoch")
+    }
+    /// The highest commands-topic offset handled (string).
+    pub fn offset(&self) -> String {
+        self.key("offset")
+    }
+    /// The minutes whose slice is not empty (zset).
+    pub fn index(&self) -> String {
+        self.key("idx")
+    }
+    /// Fires claimed and not yet acknowledged (zset).
+    pub fn inflight(&self) -> String {
+        self.key("inflight")
+    }
+    /// Scheduled cron timers by when their window must be extended (zset).
+    pub fn cron(&self) -> String {
+        self.key("cron")
+    }
+    /// Prefix of the timer hashes: the timer id follows.
+    pub fn timer_prefix(&self) -> String {
+        self.key("t:")
+    }
+    /// The hash of timer `id`.
+    pub fn timer(&self, id: &str) -> String {
+        format!("{}:t:{id}", self.tag)
+    }
+    /// Prefix of the minute slices (zset per minute): the minute number follows.
+    pub fn slice_prefix(&self) -> String {
+        self.key("s:")
+    }
+}
+
+/// Field names of a timer hash.
+pub mod field {
+    /// Version: the offset of the last command that changed the timer.
+    pub const VERSION: &str = "v";
+    /// State, a [`crate::timer::TimerState`] stored name.
+    pub const STATE: &str = "st";
+    /// The last request id applied.
+    pub const REQUEST: &str = "rq";
+    /// Kind: [`KIND_ONCE`] or [`KIND_CRON`].
+    pub const KIND: &str = "k";
+    /// The next due instant, Unix ms.
+    pub const DUE: &str = "due";
+    /// The stored definition (`schemas/stored_timer.avsc`, a bare Avro datum).
+    pub const DEF: &str = "d";
+    /// Cron: the schedule, JSON.
+    pub const SPEC: &str = "sc";
+    /// Cron: misfire policy (`once`, `all`, `skip`).
+    pub const MISFIRE: &str = "mp";
+    /// Cron: most fires.
+    pub const MAX_FIRES: &str = "mx";
+    /// Cron: fires claimed so far.
+    pub const FIRES: &str = "n";
+    /// Cron: occurrences are materialised through this instant.
+    pub const HORIZON: &str = "hz";
+    /// Cron: the last occurrence materialised.
+    pub const LAST_MATERIALISED: &str = "lst";
+    /// Cron: the final occurrence, once the schedule is exhausted.
+    pub const FINAL: &str = "fin";
+    /// Cron: the last late (misfired) occurrence fired.
+    pub const LATE_FIRE: &str = "lf";
+    /// Cron: the due instant of the last fire delivered.
+    pub const LAST_FIRED: &str = "last";
+    /// Fires sent to the dead-letter topic.
+    pub const DEAD_LETTERS: &str = "dl";
+    /// Due instant of the last dead-lettered fire.
+    pub const LAST_DEAD_LETTER_DUE: &str = "dlr";
+    /// Reason of the last dead-lettered fire.
+    pub const LAST_DEAD_LETTER_REASON: &str = "dlx";
+    /// [`KIND`] of a one-shot timer.
+    pub const KIND_ONCE: &str = "o";
+    /// [`KIND`] of a cron timer.
+    pub const KIND_CRON: &str = "c";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_partition_carries_its_hash_tag() {
+        let k = Keys::new("kt", "cmds", 3);
+        for key in [
+            k.epoch(),
+            k.offset(),
+            k.index(),
+            k.inflight(),
+            k.cron(),
+            k.timer("x"),
+        ] {
+            assert!(key.starts_with("kt:{cmds:3}:"), "{key}");
+        }
+        assert_eq!(k.timer("a:b"), format!("{}a:b", k.timer_prefix()));
+        assert_eq!(k.slice_prefix(), "kt:{cmds:3}:s:");
+    }
+}

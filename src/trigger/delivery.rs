@@ -1,0 +1,249 @@
+//! Delivering claimed fires: the ready queue (never early), the gate check, and what
+//! happens after a failed delivery (retry with backoff, or the dead-letter topic).
+
+use super::task::Trigger;
+use crate::retry::{worth_logging, Backoff, Retryable};
+use crate::sink::{delivered, SinkError, Stamp};
+use crate::store::StoreError;
+use crate::timer::Fire;
+use futures::FutureExt;
+use std::collections::{BTreeMap, HashSet};
+
+/// A claimed fire waiting for its send time.
+pub(super) struct Pending {
+    pub fire: Fire,
+    pub attempt: i32,
+    /// Set when the fire goes to the dead-letter topic instead: why.
+    pub dead: Option<String>,
+}
+
+/// Claimed fires by send time, then arrival order.
+#[derive(Default)]
+pub(super) struct Ready {
+    queue: BTreeMap<(i64, u64), Pending>,
+    seq: u64,
+}
+
+impl Ready {
+    /// Queues `p` to be sent at `at_ms`.
+    pub fn push(&mut self, at_ms: i64, p: Pending) {
+        self.seq += 1;
+        self.queue.insert((at_ms, self.seq), p);
+    }
+
+    /// The earliest fire whose send time is at or before `now_ms`.
+    pub fn pop_due(&mut self, now_ms: i64) -> Option<Pending> {
+        let entry = self.queue.first_entry()?;
+        (entry.key().0 <= now_ms).then(|| entry.remove())
+    }
+
+    /// Whether a fire's send time has come by `now_ms`.
+    pub fn has_due(&self, now_ms: i64) -> bool {
+        self.next_at().is_some_and(|t| t <= now_ms)
+    }
+
+    /// The earliest send time.
+    pub fn next_at(&self) -> Option<i64> {
+        self.queue.keys().next().map(|k| k.0)
+    }
+
+    /// How many fires wait.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The timers the queue holds a fire of.
+    pub fn timer_ids(&self) -> HashSet<&str> {
+        self.queue
+            .values()
+            .map(|p| p.fire.timer_id.as_str())
+            .collect()
+    }
+}
+
+/// What follows a failed delivery.
+#[derive(Debug, PartialEq)]
+pub(super) enum Next {
+    /// Try again after this delay.
+    Retry(std::time::Duration),
+    /// Send the fire to the dead-letter topic now.
+    DeadLetter,
+}
+
+/// After attempt `attempt` failed: a fire on its way to its callback topic gets
+/// `max_attempts`, unless the error is one the broker will never accept; a fire already
+/// on its way to the dead-letter topic is retried until that topic takes it (never dropped).
+pub(super) fn next(
+    attempt: i32,
+    dead: bool,
+    retryable: bool,
+    max_attempts: i32,
+    b: Backoff,
+) -> Next {
+    if !dead && (!retryable || attempt >= max_attempts) {
+        return Next::DeadLetter;
+    }
+    Next::Retry(b.delay(attempt.max(1) as u32))
+}
+
+impl Trigger {
+    /// Enqueues every ready fire whose due time has come (by the clock). The lease is
+    /// checked before each fire (a clock read; a Redis call only once it ran out), so a
+    /// freeze in the middle of a batch cannot let the rest of it out unfenced.
+    pub(super) async fn send_due(&mut self) -> Result<(), StoreError> {
+        while self.ready.has_due(self.clock.now_ms()) {
+            self.confirm_epoch().await?;
+            let now = self.clock.now_ms();
+            let Some(pending) = self.ready.pop_due(now) else {
+                break;
+            };
+            let fire = &pending.fire;
+            if self.gate.blocks(&fire.timer_id, fire.version) {
+                self.m.stale.inc();
+                self.acks.push(pending.fire.member);
+                continue;
+            }
+            let stamp = Stamp {
+                attempt: pending.attempt,
+                fired_ms: now,
+                epoch: self.epoch,
+            };
+            let sent = match &pending.dead {
+                None => self.sink.send_fire(fire, stamp).await,
+                Some(why) => self.sink.send_fire_dead_letter(fire, stamp, why).await,
+            };
+            match sent {
+                Ok(f) => {
+                    if pending.dead.is_none() {
+                        let lateness = (now - fire.due_ms).max(0);
+                        self.m.lateness.observe(lateness as f64 / 1000.0);
+                    }
+                    let done = delivered(f).map(move |r| (pending, r.map(|_| ())));
+                    self.sending.push(Box::pin(done));
+                }
+                Err(e) => self.failed(pending, e),
+            }
+        }
+        Ok(())
+    }
+
+    /// A delivery failed: retry later with backoff, or route the fire to the dead-letter
+    /// topic now (see [`next`]).
+    pub(super) fn failed(&mut self, mut pending: Pending, e: SinkError) {
+        let p = self.partition;
+        let now = self.clock.now_ms();
+        let retryable = e.is_retryable();
+        let b = self.cfg.delivery_backoff;
+        match next(
+            pending.attempt,
+            pending.dead.is_some(),
+            retryable,
+            self.cfg.max_attempts,
+            b,
+        ) {
+            Next::DeadLetter => {
+                self.undeliverable += 1;
+                if worth_logging(self.undeliverable) {
+                    tracing::warn!(partition = p, error = %e, attempt = pending.attempt,
+                        undeliverable = self.undeliverable,
+                        "fire undeliverable: sending it to the dead-letter topic");
+                }
+                let why = format!("not delivered after {} attempt(s): {e}", pending.attempt);
+                pending.dead = Some(why);
+                self.requeue(now, pending);
+            }
+            Next::Retry(delay) => {
+                self.m.retried.inc();
+                if worth_logging(pending.attempt as u32) {
+                    tracing::warn!(partition = p, error = %e, attempt = pending.attempt,
+                        retryable, dead_letter = pending.dead.is_some(),
+                        "fire delivery failed; will retry");
+                }
+                pending.attempt += 1;
+                self.requeue(now + delay.as_millis() as i64, pending);
+            }
+        }
+    }
+
+    /// Queues `pending` to be sent at `at_ms`.
+    pub(super) fn requeue(&mut self, at_ms: i64, pending: Pending) {
+        self.ready.push(at_ms, pending);
+        self.in_flight_gauge();
+    }
+
+    /// The broker answered a delivery: acknowledge it in Redis (batched), or retry.
+    pub(super) fn delivered(&mut self, pending: Pending, r: Result<(), SinkError>) {
+        match (r, pending.dead) {
+            (Ok(()), None) => {
+                self.m.delivered.inc();
+                self.acks.push(pending.fire.member);
+            }
+            (Ok(()), Some(why)) => {
+                self.m.dead_lettered.inc();
+                let why: String = why.chars().filter(|c| *c != '\n').take(500).collect();
+                self.acks.push(format!("!{}\n{why}", pending.fire.member));
+            }
+            (Err(e), dead) => self.failed(Pending { dead, ..pending }, e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn pending(id: &str, due_ms: i64) -> Pending {
+        Pending {
+            fire: Fire {
+                member: format!("1:{due_ms}:{id}"),
+                timer_id: id.into(),
+                version: 1,
+                due_ms,
+                def: Default::default(),
+            },
+            attempt: 1,
+            dead: None,
+        }
+    }
+
+    #[test]
+    fn the_ready_queue_never_hands_out_a_fire_early() {
+        let mut r = Ready::default();
+        r.push(2_000, pending("b", 2_000));
+        r.push(1_000, pending("a", 1_000));
+        r.push(2_000, pending("c", 2_000));
+        assert_eq!(r.next_at(), Some(1_000));
+        assert!(r.pop_due(999).is_none());
+        assert!(!r.has_due(999));
+        assert_eq!(r.pop_due(1_000).unwrap().fire.timer_id, "a");
+        assert!(r.pop_due(1_999).is_none());
+        // Same send time: in arrival order.
+        assert_eq!(r.pop_due(5_000).unwrap().fire.timer_id, "b");
+        assert_eq!(r.timer_ids(), HashSet::from(["c"]));
+        assert_eq!(r.pop_due(5_000).unwrap().fire.timer_id, "c");
+        assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn failures_retry_with_backoff_then_dead_letter() {
+        let b = Backoff {
+            base: Duration::from_millis(100),
+            max: Duration::from_secs(30),
+        };
+        let ms = |n: Next| match n {
+            Next::Retry(d) => d.as_millis(),
+            Next::DeadLetter => 0,
+        };
+        assert_eq!(ms(next(1, false, true, 10, b)), 100);
+        assert_eq!(ms(next(4, false, true, 10, b)), 800);
+        assert_eq!(next(10, false, true, 10, b), Next::DeadLetter);
+        assert_eq!(
+            next(1, false, false, 10, b),
+            Next::DeadLetter,
+            "never accepted"
+        );
+        // On its way to the dead-letter topic: retried whatever the error, capped delay.
+        assert_eq!(ms(next(30, true, false, 10, b)), 30_000);
+    }
+}

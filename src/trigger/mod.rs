@@ -1,0 +1,131 @@
+//! The trigger: one task per owned partition that fires its timers at the due millisecond.
+//!
+//! The task sleeps until the next claim time (the next due time minus `claim_ahead`), or
+//! until the intake wakes it because an earlier timer arrived ([`Wake`]); there is no
+//! polling interval. A claim moves due fires atomically into the in-flight set; the task
+//! then waits in memory for each fire's due millisecond, enqueues its record, and only
+//! after the broker acknowledged it removes it from the in-flight set (batched). A fire
+//! is never produced before its due time: the clock is read after every wake.
+//!
+//! On start the task re-drives whatever the partition has in flight (a previous owner
+//! crashed or lost the partition). Slices of earlier minutes are claimed first, so a
+//! backlog left by downtime drains in due order.
+//!
+//! Just before a fire is handed to the producer, the [`Gate`] is checked (a pause, update
+//! or cancel applied after the claim makes it stale) and the [`lease::Lease`] (a frozen
+//! instance that lost its partition does not produce it).
+//!
+//! Files: [`wake`] (when to claim), [`gate`] (stale fires), [`lease`] (fencing between
+//! Redis calls), `delivery` (ready queue, send, retry or dead letter), `task` (the loop).
+
+mod delivery;
+pub mod gate;
+pub mod lease;
+mod task;
+pub mod wake;
+
+pub use gate::Gate;
+pub use lease::LEASE;
+pub use wake::Wake;
+
+use crate::clock::Clock;
+use crate::config::RunArgs;
+use crate::metrics::Metrics;
+use crate::retry::Backoff;
+use crate::shutdown::CancellationToken;
+use crate::sink::Sink;
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Trigger tuning.
+#[derive(Debug, Clone)]
+pub struct TriggerConfig {
+    /// Claim fires this many ms before they are due (then wait in memory).
+    pub claim_ahead_ms: i64,
+    /// Most fires claimed in one Redis call.
+    pub claim_batch: usize,
+    /// Longest sleep without a wake-up (a safety net, not a polling interval).
+    pub max_idle_ms: i64,
+    /// Delays between delivery attempts of a fire.
+    pub delivery_backoff: Backoff,
+    /// Delivery attempts of a fire before it goes to the dead-letter topic (an error the
+    /// broker will never accept, such as a record too large, sends it there at once).
+    pub max_attempts: i32,
+    /// A cron occurrence claimed more than this late was missed (its misfire policy applies).
+    pub misfire_threshold_ms: i64,
+    /// How long an epoch-checked call vouches for ownership ([`LEASE`]).
+    pub lease: Duration,
+    /// The clock.
+    pub clock: Clock,
+}
+
+impl From<&RunArgs> for TriggerConfig {
+    fn from(a: &RunArgs) -> TriggerConfig {
+        let ms = |v: i64| Duration::from_millis(v.max(0) as u64);
+        TriggerConfig {
+            claim_ahead_ms: a.claim_ahead_ms,
+            claim_batch: a.claim_batch,
+            max_idle_ms: a.max_idle_ms,
+            delivery_backoff: Backoff {
+                base: ms(a.retry_base_ms),
+                max: ms(a.retry_max_ms),
+            },
+            max_attempts: a.max_delivery_attempts,
+            misfire_threshold_ms: a.misfire_threshold_ms,
+            lease: LEASE,
+            clock: Clock::System,
+        }
+    }
+}
+
+/// The intake's handle on a running trigger.
+pub struct TriggerHandle {
+    /// Wakes the trigger for earlier timers.
+    pub wake: Arc<Wake>,
+    /// Fires made stale by commands.
+    pub gate: Arc<Gate>,
+    token: CancellationToken,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl TriggerHandle {
+    /// Stops the trigger and waits for it to hand back what it holds.
+    pub async fn stop(self) {
+        self.token.cancel();
+        let _ = self.join.await;
+    }
+}
+
+/// Starts the trigger of `partition` holding `epoch`; it stops when `token` is cancelled
+/// or the partition is fenced.
+pub fn spawn(
+    partition: i32,
+    epoch: i64,
+    store: Store,
+    sink: Arc<Sink>,
+    metrics: &Metrics,
+    cfg: TriggerConfig,
+    token: CancellationToken,
+) -> TriggerHandle {
+    let wake = Arc::new(Wake::new(cfg.claim_ahead_ms));
+    let gate = Arc::new(Gate::default());
+    let t = task::Trigger::new(
+        partition,
+        epoch,
+        store,
+        sink,
+        metrics,
+        cfg,
+        wake.clone(),
+        gate.clone(),
+        token.clone(),
+    );
+    let join = tokio::spawn(t.run());
+    TriggerHandle {
+        wake,
+        gate,
+        token,
+        join,
+    }
+}

@@ -1,0 +1,254 @@
+//! One test's topics, group and key prefix on the shared servers, and ktimer instances
+//! started in the test's own process ([`InProcess`]; [`super::child::ChildProcess`] is
+//! the other kind).
+
+use super::collected::{Collected, Fired};
+use super::servers::{servers, unique, Servers};
+use clap::Parser;
+use ktimer::command::TimerCommand;
+use ktimer::config::{Cli, Command, RunArgs};
+use ktimer::shutdown::CancellationToken;
+use ktimer::sink::headers;
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// One test's world: its topics, group and key prefix on the shared servers.
+pub struct TestEnv {
+    pub name: String,
+    pub args: RunArgs,
+    /// The `ktimer run ...` command line of `args` (to start child processes).
+    pub argv: Vec<String>,
+    pub producer: FutureProducer,
+}
+
+/// A ktimer instance running in the test's process (`ktimer::service::run` on a task).
+pub struct InProcess {
+    token: CancellationToken,
+    join: tokio::task::JoinHandle<anyhow::Result<()>>,
+    pub status: tokio::sync::watch::Receiver<ktimer::status::Status>,
+}
+
+impl InProcess {
+    /// Stops the instance the way SIGTERM does and waits for it to drain.
+    pub async fn stop(self) {
+        self.token.cancel();
+        self.join.await.expect("join").expect("service result");
+    }
+}
+
+impl TestEnv {
+    /// Creates the topics (`partitions` each) and the run arguments; `extra` are more
+    /// `ktimer run` flags.
+    pub async fn new(name: &str, partitions: i32, extra: &[&str]) -> TestEnv {
+        TestEnv::on(servers(), name, partitions, extra).await
+    }
+
+    /// Like [`TestEnv::new`], on the given servers.
+    pub async fn on(s: &Servers, name: &str, partitions: i32, extra: &[&str]) -> TestEnv {
+        TestEnv::named(s, &unique(name), partitions, extra, true).await
+    }
+
+    /// Like [`TestEnv::on`], with exactly this name (topics `NAME.commands`...); the
+    /// topics are created unless `create` is false (they exist already).
+    pub async fn named(
+        s: &Servers,
+        name: &str,
+        partitions: i32,
+        extra: &[&str],
+        create: bool,
+    ) -> TestEnv {
+        if let Ok(filter) = std::env::var("KTIMER_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
+        let name = name.to_string();
+        let mut argv: Vec<String> = [
+            "ktimer",
+            "run",
+            "--brokers",
+            &s.brokers,
+            "--redis-url",
+            &s.redis_url,
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        for (flag, suffix) in [
+            ("--commands-topic", "commands"),
+            ("--results-topic", "results"),
+            ("--fired-topic", "fired"),
+            ("--dead-letter-topic", "dlq"),
+            ("--group-id", "group"),
+            ("--redis-prefix", "kt"),
+        ] {
+            argv.push(flag.into());
+            argv.push(format!("{name}.{suffix}"));
+        }
+        argv.extend(extra.iter().map(|x| x.to_string()));
+        let mut with_admin = argv.clone();
+        with_admin.extend(["--admin-addr".to_string(), "127.0.0.1:0".to_string()]);
+        let Command::Run(args) = Cli::try_parse_from(&with_admin).expect("run args").command else {
+            unreachable!()
+        };
+        let k = &args.kafka;
+        let specs: Vec<ktimer::topics::TopicSpec> = [
+            &k.commands_topic,
+            &k.results_topic,
+            &k.fired_topic,
+            &k.dead_letter_topic,
+        ]
+        .iter()
+        .map(|t| ktimer::topics::TopicSpec {
+            role: "test".into(),
+            name: t.to_string(),
+            partitions,
+            replication_factor: 1,
+            configs: Default::default(),
+        })
+        .collect();
+        if create {
+            ktimer::topics::apply(&ktimer::kafka::client(k), &specs)
+                .await
+                .expect("create topics");
+        }
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", &s.brokers)
+            .set("linger.ms", "1")
+            .create()
+            .expect("producer");
+        TestEnv {
+            name,
+            args,
+            argv,
+            producer,
+        }
+    }
+
+    /// Starts a ktimer instance in this process and waits until it joined the group.
+    pub async fn start(&self) -> InProcess {
+        let token = CancellationToken::new();
+        let (tx, mut status) = tokio::sync::watch::channel(Default::default());
+        let join = tokio::spawn(ktimer::service::run(self.args.clone(), token.clone(), tx));
+        tokio::time::timeout(Duration::from_secs(60), status.wait_for(|s| s.joined))
+            .await
+            .expect("ktimer joined the group within 60 s")
+            .expect("ktimer is running");
+        InProcess {
+            token,
+            join,
+            status,
+        }
+    }
+
+    /// A consumer of the fired and results topics from their beginning, feeding channels.
+    pub fn collect(&self) -> Collected {
+        let k = &self.args.kafka;
+        let consumer: StreamConsumer = ktimer::client::assigned_consumer(
+            k,
+            &[k.fired_topic.clone(), k.results_topic.clone()],
+            true,
+        )
+        .expect("collector");
+        let (ftx, frx) = mpsc::unbounded_channel();
+        let (rtx, rrx) = mpsc::unbounded_channel();
+        let codec = ktimer::codec::Codec::new(k.schema_registry_url.as_deref()).unwrap();
+        let results_topic = k.results_topic.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok(m) = consumer.recv().await else {
+                    continue;
+                };
+                let received_ms = ktimer::now_ms();
+                if m.topic() == results_topic {
+                    let r = codec
+                        .decode_result(m.payload().unwrap_or_default())
+                        .await
+                        .expect("result decodes");
+                    if rtx.send(r).is_err() {
+                        return;
+                    }
+                } else {
+                    let mut hs = HashMap::new();
+                    if let Some(h) = m.headers() {
+                        for x in h.iter() {
+                            hs.insert(
+                                x.key.to_string(),
+                                String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned(),
+                            );
+                        }
+                    }
+                    let f = Fired {
+                        timer_id: hs[headers::TIMER_ID].clone(),
+                        fire_id: hs[headers::FIRE_ID].clone(),
+                        due_ms: hs[headers::DUE_MS].parse().unwrap(),
+                        fired_ms: hs[headers::FIRED_MS].parse().unwrap(),
+                        received_ms,
+                        partition: m.partition(),
+                        key: m.key().map(|k| k.to_vec()),
+                        payload: m.payload().unwrap_or_default().to_vec(),
+                        headers: hs,
+                    };
+                    if ftx.send(f).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Collected {
+            fired: frx,
+            results: rrx,
+        }
+    }
+
+    /// Produces raw bytes to the commands topic (optionally to a given partition).
+    pub async fn send_raw(&self, key: Option<&str>, value: &[u8], partition: Option<i32>) {
+        let mut rec = FutureRecord::<str, [u8]>::to(&self.args.kafka.commands_topic).payload(value);
+        if let Some(k) = key {
+            rec = rec.key(k);
+        }
+        if let Some(p) = partition {
+            rec = rec.partition(p);
+        }
+        self.producer
+            .send(rec, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+
+    /// Produces many commands concurrently (each keyed by its timer id).
+    pub async fn send_many(&self, cmds: &[TimerCommand]) {
+        let codec = ktimer::codec::Codec::new(None).unwrap();
+        let topic = &self.args.kafka.commands_topic;
+        let mut encoded = Vec::with_capacity(cmds.len());
+        for c in cmds {
+            encoded.push(codec.encode_command(c, topic).await.unwrap());
+        }
+        let sends = cmds.iter().zip(&encoded).map(|(c, bytes)| {
+            let rec = FutureRecord::<str, [u8]>::to(topic)
+                .key(&c.timer_id)
+                .payload(bytes);
+            self.producer.send(rec, Duration::from_secs(30))
+        });
+        for r in futures::future::join_all(sends).await {
+            r.map_err(|(e, _)| e).expect("produce");
+        }
+    }
+
+    /// Produces a command, Avro single-object encoded, keyed by its timer id.
+    pub async fn send(&self, cmd: &TimerCommand, partition: Option<i32>) {
+        let codec = ktimer::codec::Codec::new(None).unwrap();
+        let bytes = codec
+            .encode_command(cmd, &self.args.kafka.commands_topic)
+            .await
+            .unwrap();
+        self.send_raw(Some(&cmd.timer_id), &bytes, partition).await;
+    }
+}
