@@ -16,7 +16,7 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::retry::{Retry, Stopped};
 use crate::schedule::{Occurrences, PlanConfig};
-use crate::shutdown::CancellationToken;
+use crate::shutdown::{CancellationToken, Stoppable};
 use crate::store::{CronDue, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,15 +43,13 @@ pub type OnDue = Box<dyn Fn(i64) + Send + Sync>;
 pub struct MigratorHandle {
     /// Makes the migrator look at the cron index now (a timer was resumed).
     pub wake: Arc<Notify>,
-    token: CancellationToken,
-    join: tokio::task::JoinHandle<()>,
+    task: Stoppable,
 }
 
 impl MigratorHandle {
     /// Stops the migrator and waits for it.
     pub async fn stop(self) {
-        self.token.cancel();
-        let _ = self.join.await;
+        self.task.stop().await;
     }
 }
 
@@ -81,8 +79,10 @@ pub fn spawn(
         wake: wake.clone(),
         token: token.clone(),
     };
-    let join = tokio::spawn(m.run());
-    MigratorHandle { wake, token, join }
+    MigratorHandle {
+        wake,
+        task: Stoppable::spawn(token, m.run()),
+    }
 }
 
 struct Migrator {

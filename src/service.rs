@@ -19,10 +19,14 @@ use crate::store::Store;
 use crate::topics;
 use anyhow::Context;
 use rdkafka::consumer::StreamConsumer;
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
+
+/// The rebalance events of the commands consumer.
+type Events = mpsc::UnboundedReceiver<ownership::RebalanceEvent>;
 
 /// Runs one ktimer instance until `token` is cancelled, then drains and returns.
 /// Its [`Status`] is published on `status`.
@@ -44,34 +48,18 @@ pub async fn run(
         dead_letter: k.dead_letter_topic.clone(),
     };
     let sink = Arc::new(Sink::new(&kafka::producer(k), codec.clone(), topics)?);
-    let (ctx, events) = ownership::context(store.clone(), &k.commands_topic);
-    let consumer: Arc<StreamConsumer<IntakeContext>> = Arc::new(
-        kafka::commands_consumer(k, &args.group_id)
-            .create_with_context(ctx)
-            .context("creating the consumer")?,
-    );
-    let partitions = topics::partition_count(consumer.as_ref(), &k.commands_topic)?;
-    anyhow::ensure!(
-        partitions > 0,
-        "the commands topic {:?} does not exist; create it with `ktimer topics apply`",
-        k.commands_topic
-    );
+    let (consumer, events, partitions) = commands_consumer(&args, &store)?;
     if let Some(addr) = args.admin_addr.0 {
-        let state = Arc::new(AdminState {
+        let state = AdminState {
             metrics: metrics.clone(),
             store: store.clone(),
             status: status.clone(),
             partitions: AtomicI32::new(partitions),
-        });
-        let bound = admin::serve(addr, state, token.clone())
-            .await
-            .with_context(|| format!("binding the admin port {addr}"))?;
-        tracing::info!(%bound, "admin port listening");
-        status.send_modify(|s| s.admin_addr = Some(bound));
+        };
+        serve_admin(addr, state, &token, &status).await?;
     }
     let max = kafka::producer_max_bytes(k).unwrap_or(catalog::DEFAULT_MAX_RECORD_BYTES);
     let catalog = Catalog::new(&kafka::client(k), max).context("creating the metadata clients")?;
-    let clock = Clock::System;
     let tasks = Tasks {
         store: store.clone(),
         sink: sink.clone(),
@@ -79,7 +67,7 @@ pub async fn run(
         trigger: (&args).into(),
         migrator: MigratorConfig {
             plan: (&args).into(),
-            clock,
+            clock: Clock::System,
         },
         token: token.clone(),
         status,
@@ -97,12 +85,46 @@ pub async fn run(
         limits: (&args).into(),
         batch: args.intake_batch,
         token: token.clone(),
-        clock,
+        clock: Clock::System,
     };
     tracing::info!(topic = %k.commands_topic, partitions, group = %args.group_id, "ktimer running");
     intake.run().await?;
     sink.flush(Duration::from_secs(5));
     tracing::info!("ktimer stopped");
+    Ok(())
+}
+
+/// The commands consumer with its rebalance events, and the topic's partition count.
+fn commands_consumer(
+    args: &RunArgs,
+    store: &Store,
+) -> anyhow::Result<(Arc<StreamConsumer<IntakeContext>>, Events, i32)> {
+    let k = &args.kafka;
+    let (ctx, events) = ownership::context(store.clone(), &k.commands_topic);
+    let consumer: StreamConsumer<IntakeContext> = kafka::commands_consumer(k, &args.group_id)
+        .create_with_context(ctx)
+        .context("creating the consumer")?;
+    let partitions = topics::partition_count(&consumer, &k.commands_topic)?;
+    anyhow::ensure!(
+        partitions > 0,
+        "the commands topic {:?} does not exist; create it with `ktimer topics apply`",
+        k.commands_topic
+    );
+    Ok((Arc::new(consumer), events, partitions))
+}
+
+/// Binds the admin port and publishes its address.
+async fn serve_admin(
+    addr: SocketAddr,
+    state: AdminState,
+    token: &CancellationToken,
+    status: &StatusTx,
+) -> anyhow::Result<()> {
+    let bound = admin::serve(addr, Arc::new(state), token.clone())
+        .await
+        .with_context(|| format!("binding the admin port {addr}"))?;
+    tracing::info!(%bound, "admin port listening");
+    status.send_modify(|s| s.admin_addr = Some(bound));
     Ok(())
 }
 

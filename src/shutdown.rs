@@ -21,6 +21,29 @@ pub fn on_signals() -> CancellationToken {
     token
 }
 
+/// A spawned task that drains when its token is cancelled.
+pub struct Stoppable {
+    token: CancellationToken,
+    join: tokio::task::JoinHandle<()>,
+}
+
+impl Stoppable {
+    /// Spawns `work`, which must return soon after `token` is cancelled.
+    pub fn spawn(
+        token: CancellationToken,
+        work: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Stoppable {
+        let join = tokio::spawn(work);
+        Stoppable { token, join }
+    }
+
+    /// Cancels the task's token and waits for the task to finish.
+    pub async fn stop(self) {
+        self.token.cancel();
+        let _ = self.join.await;
+    }
+}
+
 /// Runs `work` (which drains once `token` is cancelled) but gives up `deadline` after
 /// the cancellation: returns `None` then. What was not finished is safe: unacknowledged
 /// fires stay in flight in Redis and uncommitted commands are consumed again by the next

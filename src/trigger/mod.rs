@@ -16,11 +16,13 @@
 //! instance that lost its partition does not produce it).
 //!
 //! Files: [`wake`] (when to claim), [`gate`] (stale fires), [`lease`] (fencing between
-//! Redis calls), `delivery` (ready queue, send, retry or dead letter), `task` (the loop).
+//! Redis calls), `ready` (fires waiting for their send time), `delivery` (send, retry or
+//! dead letter), `task` (the loop).
 
 mod delivery;
 pub mod gate;
 pub mod lease;
+mod ready;
 mod task;
 pub mod wake;
 
@@ -32,7 +34,7 @@ use crate::clock::Clock;
 use crate::config::RunArgs;
 use crate::metrics::Metrics;
 use crate::retry::Backoff;
-use crate::shutdown::CancellationToken;
+use crate::shutdown::{CancellationToken, Stoppable};
 use crate::sink::Sink;
 use crate::store::Store;
 use std::sync::Arc;
@@ -85,15 +87,13 @@ pub struct TriggerHandle {
     pub wake: Arc<Wake>,
     /// Fires made stale by commands.
     pub gate: Arc<Gate>,
-    token: CancellationToken,
-    join: tokio::task::JoinHandle<()>,
+    task: Stoppable,
 }
 
 impl TriggerHandle {
     /// Stops the trigger and waits for it to hand back what it holds.
     pub async fn stop(self) {
-        self.token.cancel();
-        let _ = self.join.await;
+        self.task.stop().await;
     }
 }
 
@@ -108,24 +108,10 @@ pub fn spawn(
     cfg: TriggerConfig,
     token: CancellationToken,
 ) -> TriggerHandle {
-    let wake = Arc::new(Wake::new(cfg.claim_ahead_ms));
-    let gate = Arc::new(Gate::default());
-    let t = task::Trigger::new(
-        partition,
-        epoch,
-        store,
-        sink,
-        metrics,
-        cfg,
-        wake.clone(),
-        gate.clone(),
-        token.clone(),
-    );
-    let join = tokio::spawn(t.run());
+    let t = task::Trigger::new(partition, epoch, store, sink, metrics, cfg, token.clone());
     TriggerHandle {
-        wake,
-        gate,
-        token,
-        join,
+        wake: t.wake.clone(),
+        gate: t.gate.clone(),
+        task: Stoppable::spawn(token, t.run()),
     }
 }

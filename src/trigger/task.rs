@@ -1,7 +1,7 @@
 //! The trigger task: recover, then claim, send and acknowledge until stopped.
 
-use super::delivery::{Pending, Ready};
 use super::lease::Lease;
+use super::ready::{Pending, Ready};
 use super::{Gate, TriggerConfig, Wake};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
@@ -68,8 +68,7 @@ pub(super) struct Trigger {
 }
 
 impl Trigger {
-    /// A trigger of `partition` holding `epoch`.
-    #[allow(clippy::too_many_arguments)]
+    /// A trigger of `partition` holding `epoch`, with a fresh wake and gate.
     pub fn new(
         partition: i32,
         epoch: i64,
@@ -77,8 +76,6 @@ impl Trigger {
         sink: Arc<Sink>,
         metrics: &Metrics,
         cfg: TriggerConfig,
-        wake: Arc<Wake>,
-        gate: Arc<Gate>,
         token: CancellationToken,
     ) -> Trigger {
         let retry = Retry::new("trigger", &token)
@@ -92,9 +89,9 @@ impl Trigger {
             epoch,
             store,
             sink,
+            wake: Arc::new(Wake::new(cfg.claim_ahead_ms)),
+            gate: Arc::new(Gate::default()),
             cfg,
-            wake,
-            gate,
             token,
             retry,
             ready: Ready::default(),
