@@ -6,7 +6,6 @@ use super::{Handled, Intake};
 use crate::command::CommandResult;
 use crate::ownership::Owned;
 use crate::retry::Retry;
-use crate::store::Mark;
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op};
 use rdkafka::Offset;
 
@@ -19,8 +18,8 @@ impl Intake {
             mut handled,
             requests,
             slots,
+            marks,
         } = batch;
-        let marks = self.marks(&handled);
         let retry = Retry::new("apply", &self.token)
             .counting(self.metrics.redis_errors.with_label_values(&["apply"]));
         let (store, now) = (&self.store, self.clock.now_ms());
@@ -57,21 +56,6 @@ impl Intake {
             .iter_mut()
             .for_each(|h| h.result.processed_at_ms = applied_at);
         Some(handled)
-    }
-
-    /// Per partition, the highest offset of the batch, under the epoch held.
-    fn marks(&self, handled: &[Handled]) -> Vec<Mark> {
-        let mut marks: Vec<Mark> = Vec::new();
-        for h in handled {
-            match marks.iter_mut().find(|m| m.0 == h.partition) {
-                Some(m) => m.2 = m.2.max(h.offset),
-                None => {
-                    let epoch = self.partitions.live(h.partition).unwrap_or_default();
-                    marks.push((h.partition, epoch, h.offset));
-                }
-            }
-        }
-        marks
     }
 
     /// Another owner, or Redis lost data: the ownership check decides. Partitions found

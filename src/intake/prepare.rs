@@ -6,6 +6,7 @@ use crate::codec::CodecError;
 use crate::command::{CommandResult, Outcome, TimerCommand};
 use crate::retry::{Retry, Retryable, Stopped};
 use crate::sink::delivered;
+use crate::store::Mark;
 use crate::timer::{ApplyRequest, Op};
 use crate::validate::validate;
 use rdkafka::message::{Message, OwnedMessage};
@@ -18,6 +19,8 @@ pub(super) struct Prepared {
     pub requests: Vec<ApplyRequest>,
     /// `slots[i]`: the index in `handled` of `requests[i]`'s record.
     pub slots: Vec<usize>,
+    /// Per partition, the highest offset of the batch, under the epoch held.
+    pub marks: Vec<Mark>,
 }
 
 impl Intake {
@@ -28,11 +31,13 @@ impl Intake {
             handled: Vec::with_capacity(msgs.len()),
             requests: Vec::new(),
             slots: Vec::new(),
+            marks: Vec::new(),
         };
         for m in msgs {
             let Some(epoch) = self.partitions.live(m.partition()) else {
                 continue;
             };
+            mark(&mut out.marks, m.partition(), epoch, m.offset());
             let mut h = unanswered(m, now);
             let payload = m.payload().unwrap_or_default();
             let cmd = match self.decode(payload).await? {
@@ -113,6 +118,14 @@ impl Intake {
             }
             Err(e) => tracing::warn!(error = %e, "dead-letter copy not sent"),
         }
+    }
+}
+
+/// Raises the mark of partition `p` (held at `epoch`) to `offset`.
+fn mark(marks: &mut Vec<Mark>, p: i32, epoch: i64, offset: i64) {
+    match marks.iter_mut().find(|m| m.0 == p) {
+        Some(m) => m.2 = m.2.max(offset),
+        None => marks.push((p, epoch, offset)),
     }
 }
 

@@ -20,9 +20,9 @@ use std::time::Duration;
 /// A partition this instance owns: its epoch, trigger and migrator.
 pub struct Owned {
     /// The epoch this instance holds.
-    pub epoch: i64,
+    epoch: i64,
     /// The highest offset handled (and marked in Redis) since this instance owns it.
-    pub handled: Option<i64>,
+    handled: Option<i64>,
     /// A seek back that librdkafka refused so far; records of the partition are skipped
     /// (not applied, not answered, offsets not stored) until it succeeds.
     seek: Option<Offset>,

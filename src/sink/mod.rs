@@ -102,11 +102,12 @@ impl Sink {
     /// Enqueues the record of `fire` (as `stamp` says) to its callback topic.
     pub async fn send_fire(&self, fire: &Fire, stamp: Stamp) -> Result<DeliveryFuture, SinkError> {
         let topic = record::topic(fire, &self.topics.fired);
-        let value = self.value(fire, stamp, topic).await?;
+        let id = record::id(fire);
+        let value = self.value(fire, &id, stamp, topic).await?;
         let rec = FutureRecord::to(topic)
             .key(record::key(fire))
             .payload(value.as_ref())
-            .headers(record::fire_headers(fire, stamp, &self.instance));
+            .headers(record::fire_headers(fire, &id, stamp, &self.instance));
         enqueue(&self.producer, rec).await
     }
 
@@ -121,8 +122,9 @@ impl Sink {
         reason: &str,
     ) -> Result<DeliveryFuture, SinkError> {
         let origin = record::topic(fire, &self.topics.fired);
-        let value = self.value(fire, stamp, origin).await?;
-        let h = record::fire_headers(fire, stamp, &self.instance)
+        let id = record::id(fire);
+        let value = self.value(fire, &id, stamp, origin).await?;
+        let h = record::fire_headers(fire, &id, stamp, &self.instance)
             .insert(header(headers::REASON, reason))
             .insert(header(headers::ORIGIN, origin));
         let rec = FutureRecord::to(&self.topics.dead_letter)
@@ -135,17 +137,18 @@ impl Sink {
             ))) => {
                 let rec = FutureRecord::<[u8], [u8]>::to(&self.topics.dead_letter)
                     .key(fire.timer_id.as_bytes())
-                    .headers(record::identity_headers(fire, reason, origin));
+                    .headers(record::identity_headers(fire, &id, reason, origin));
                 enqueue(&self.producer, rec).await
             }
             other => other,
         }
     }
 
-    /// The value of a fire's record: the raw payload, or its envelope encoded for `topic`.
+    /// The value of fire `id`'s record: the raw payload, or its envelope encoded for `topic`.
     async fn value<'a>(
         &self,
         fire: &'a Fire,
+        id: &str,
         stamp: Stamp,
         topic: &str,
     ) -> Result<Cow<'a, [u8]>, SinkError> {
@@ -153,7 +156,7 @@ impl Sink {
         Ok(match cb.mode {
             DeliveryMode::Raw => Cow::Borrowed(cb.payload.as_slice()),
             DeliveryMode::Envelope => {
-                let ev = record::envelope(fire, stamp);
+                let ev = record::envelope(fire, id, stamp);
                 Cow::Owned(self.codec.encode_fired(&ev, topic).await?)
             }
         })

@@ -53,10 +53,15 @@ pub fn key(fire: &Fire) -> &[u8] {
     cb.key.as_deref().unwrap_or(fire.timer_id.as_bytes())
 }
 
-/// The envelope of an `ENVELOPE`-mode fire.
-pub fn envelope(fire: &Fire, stamp: Stamp) -> FiredEvent {
+/// The stable fire id of `fire`, `timer_id/version/due_ms` (computed once per fire).
+pub fn id(fire: &Fire) -> String {
+    fire_id(&fire.timer_id, fire.version, fire.due_ms)
+}
+
+/// The envelope of an `ENVELOPE`-mode fire whose id is `id`.
+pub fn envelope(fire: &Fire, id: &str, stamp: Stamp) -> FiredEvent {
     FiredEvent {
-        fire_id: fire_id(&fire.timer_id, fire.version, fire.due_ms),
+        fire_id: id.to_string(),
         timer_id: fire.timer_id.clone(),
         application: fire.def.application.clone(),
         version: fire.version,
@@ -67,10 +72,9 @@ pub fn envelope(fire: &Fire, stamp: Stamp) -> FiredEvent {
     }
 }
 
-/// ktimer's headers of a fire (produced by `instance`), then the callback's own.
-pub fn fire_headers(fire: &Fire, stamp: Stamp, instance: &str) -> OwnedHeaders {
+/// ktimer's headers of fire `id` (produced by `instance`), then the callback's own.
+pub fn fire_headers(fire: &Fire, id: &str, stamp: Stamp, instance: &str) -> OwnedHeaders {
     let cb = &fire.def.callback;
-    let id = fire_id(&fire.timer_id, fire.version, fire.due_ms);
     let (due, fired, att, ep) = (
         fire.due_ms.to_string(),
         stamp.fired_ms.to_string(),
@@ -78,7 +82,7 @@ pub fn fire_headers(fire: &Fire, stamp: Stamp, instance: &str) -> OwnedHeaders {
         stamp.epoch.to_string(),
     );
     let mut h = OwnedHeaders::new_with_capacity(8 + cb.headers.len())
-        .insert(header(headers::FIRE_ID, &id))
+        .insert(header(headers::FIRE_ID, id))
         .insert(header(headers::TIMER_ID, &fire.timer_id))
         .insert(header(headers::APPLICATION, &fire.def.application))
         .insert(header(headers::DUE_MS, &due))
@@ -92,12 +96,11 @@ pub fn fire_headers(fire: &Fire, stamp: Stamp, instance: &str) -> OwnedHeaders {
     h
 }
 
-/// The headers of a dead-lettered fire whose record was too large: its identity only.
-pub fn identity_headers(fire: &Fire, reason: &str, origin: &str) -> OwnedHeaders {
-    let id = fire_id(&fire.timer_id, fire.version, fire.due_ms);
+/// The headers of dead-lettered fire `id` whose record was too large: its identity only.
+pub fn identity_headers(fire: &Fire, id: &str, reason: &str, origin: &str) -> OwnedHeaders {
     let due = fire.due_ms.to_string();
     OwnedHeaders::new()
-        .insert(header(headers::FIRE_ID, &id))
+        .insert(header(headers::FIRE_ID, id))
         .insert(header(headers::TIMER_ID, &fire.timer_id))
         .insert(header(headers::DUE_MS, &due))
         .insert(header(headers::REASON, reason))
@@ -154,7 +157,7 @@ mod tests {
             fired_ms: 1003,
             epoch: 9,
         };
-        let got = pairs(&fire_headers(&f, stamp, "host/1"));
+        let got = pairs(&fire_headers(&f, &id(&f), stamp, "host/1"));
         let want = [
             (headers::FIRE_ID, "t/7/1000"),
             (headers::TIMER_ID, "t"),
@@ -168,7 +171,7 @@ mod tests {
         ];
         let want: Vec<_> = want.map(|(k, v)| (k.to_string(), v.to_string())).into();
         assert_eq!(got, want);
-        let e = envelope(&f, stamp);
+        let e = envelope(&f, &id(&f), stamp);
         assert_eq!(
             (e.fire_id.as_str(), e.fired_ms, e.attempt),
             ("t/7/1000", 1003, 2)
@@ -186,7 +189,7 @@ mod tests {
         });
         assert_eq!(topic(&f, "fired"), "orders");
         assert_eq!(key(&f), b"k");
-        let h = pairs(&identity_headers(&f, "too big", "orders"));
+        let h = pairs(&identity_headers(&f, &id(&f), "too big", "orders"));
         assert_eq!(h[0], (headers::FIRE_ID.into(), "t/7/1000".into()));
         assert_eq!(h.last().unwrap().0, headers::VALUE_DROPPED);
     }

@@ -5,7 +5,7 @@ use super::{bad_reply, Store, StoreError};
 use crate::codec;
 use crate::command::MisfirePolicy;
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op, Schedule, TimerDef, TimerState};
-use redis::FromRedisValue;
+use redis::{FromRedisValue, ScriptInvocation, ToRedisArgs};
 use std::collections::HashMap;
 
 /// Most commands of one partition applied in one script call: bounds how long one call
@@ -48,9 +48,7 @@ impl Store {
                 .arg(k.slice_prefix());
             for &i in chunk {
                 inv.key(k.timer(&reqs[i].timer_id));
-                for a in command_args(&reqs[i], now_ms)? {
-                    inv.arg(a);
-                }
+                command_args(&reqs[i], now_ms, &mut inv)?;
             }
             p.invoke_script(&inv);
         }
@@ -99,55 +97,78 @@ fn chunks(reqs: &[ApplyRequest]) -> Vec<Vec<usize>> {
     chunks
 }
 
-/// The argument group of one command (see the header of apply.lua): offset, op, timer
-/// id, request id, kind, due, definition, cron spec, misfire, max fires, materialised
-/// through, next refill, origin, the number of occurrences and the occurrences.
-fn command_args(r: &ApplyRequest, now_ms: i64) -> Result<Vec<Vec<u8>>, StoreError> {
-    let text = |s: &str| s.as_bytes().to_vec();
-    let num = |n: i64| n.to_string().into_bytes();
-    let encode = |d: &TimerDef| codec::encode_stored(d).map_err(bad_reply);
-    let mut out = vec![num(r.offset), text(op_name(&r.op)), text(&r.timer_id)];
-    out.push(text(&r.request_id));
+/// Where a command's arguments go: straight into the script call, or into a list (tests).
+trait Args {
+    fn push<T: ToRedisArgs>(&mut self, a: T);
+}
+
+impl Args for ScriptInvocation<'_> {
+    fn push<T: ToRedisArgs>(&mut self, a: T) {
+        self.arg(a);
+    }
+}
+
+impl Args for Vec<Vec<u8>> {
+    fn push<T: ToRedisArgs>(&mut self, a: T) {
+        a.write_redis_args(self);
+    }
+}
+
+/// Appends the argument group of one command (see the header of apply.lua): offset, op,
+/// timer id, request id, kind, due, definition, cron spec, misfire, max fires,
+/// materialised through, next refill, origin, the number of occurrences and the
+/// occurrences.
+fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<(), StoreError> {
+    out.push(r.offset);
+    out.push(op_name(&r.op));
+    out.push(&r.timer_id);
+    out.push(&r.request_id);
     let schedule = match &r.op {
         Op::Create { schedule, .. } | Op::Update { schedule, .. } => Some(schedule),
         _ => None,
     };
+    let encode = |d: &TimerDef| codec::encode_stored(d).map_err(bad_reply);
     let def = r.op.def().map(encode).transpose()?.unwrap_or_default();
-    let none = || vec![];
+    let text = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_default();
     match schedule {
         Some(Schedule::Once { due_ms }) => {
-            out.extend([text("o"), num(*due_ms), def]);
-            out.extend([none(), none(), none(), none(), none()]);
+            out.push("o");
+            out.push(due_ms);
+            out.push(def);
+            (0..5).for_each(|_| out.push(""));
         }
         Some(Schedule::Cron {
             spec,
             first,
             next_ms,
         }) => {
-            let sc = serde_json::to_vec(spec).map_err(bad_reply)?;
-            out.extend([text("c"), next_ms.map(num).unwrap_or_default(), def, sc]);
-            out.push(text(misfire_code(spec.misfire)));
-            out.push(spec.max_fires.map(num).unwrap_or_default());
-            out.push(num(first.covered_ms));
-            out.push(text(&refill_at(first, now_ms)));
+            out.push("c");
+            out.push(text(*next_ms));
+            out.push(def);
+            out.push(serde_json::to_vec(spec).map_err(bad_reply)?);
+            out.push(misfire_code(spec.misfire));
+            out.push(text(spec.max_fires));
+            out.push(first.covered_ms);
+            out.push(refill_at(first, now_ms));
         }
         None => {
-            out.extend([none(), none(), def]);
-            out.extend([none(), none(), none(), none(), none()]);
+            out.push("");
+            out.push("");
+            out.push(def);
+            (0..5).for_each(|_| out.push(""));
         }
     }
-    let origin = match r.op {
+    out.push(match r.op {
         Op::Resume { origin_ms } => origin_ms,
         _ => 0,
-    };
-    out.push(num(origin));
+    });
     let dues = match schedule {
         Some(Schedule::Cron { first, .. }) => first.dues.as_slice(),
         _ => &[],
     };
-    out.push(num(dues.len() as i64));
-    out.extend(dues.iter().map(|&d| num(d)));
-    Ok(out)
+    out.push(dues.len());
+    dues.iter().for_each(|d| out.push(d));
+    Ok(())
 }
 
 fn op_name(op: &Op) -> &'static str {

@@ -65,6 +65,8 @@ pub(super) struct Trigger {
     pub lease: Lease,
     /// Fires routed to the dead-letter topic so far (for sparse logging).
     pub undeliverable: u32,
+    /// Whether the fires a previous owner left in flight were taken over.
+    pub recovered: bool,
 }
 
 impl Trigger {
@@ -98,6 +100,7 @@ impl Trigger {
             sending: FuturesUnordered::new(),
             acks: Vec::new(),
             undeliverable: 0,
+            recovered: false,
         }
     }
 
@@ -107,20 +110,15 @@ impl Trigger {
         tracing::info!(partition = p, epoch = self.epoch, "trigger started");
         let retry = self.retry.clone();
         let mut attempts = retry.attempts();
-        let mut recovered = false;
         while !self.token.is_cancelled() {
-            let done = match recovered {
-                false => self.recover().await.map(|()| recovered = true),
-                true => self.step().await,
-            };
-            match done {
-                Ok(()) => attempts.succeeded(),
+            match self.step().await {
+                Ok(()) => {
+                    attempts.succeeded();
+                    self.wait().await;
+                }
                 Err(e) if e.is_fenced() => return self.lost(e),
                 Err(e) if !attempts.failed(&e).await => break,
-                Err(_) => continue,
-            }
-            if recovered {
-                self.wait().await;
+                Err(_) => {}
             }
         }
         self.drain().await;
@@ -131,7 +129,7 @@ impl Trigger {
         tracing::warn!(partition = self.partition, error = %e, "trigger stopped: partition lost");
     }
 
-    /// Queues the fires a previous owner left in flight.
+    /// Queues the fires a previous owner left in flight (the first step).
     async fn recover(&mut self) -> Result<(), StoreError> {
         let now = self.clock.now_ms();
         let missed_before = now - self.cfg.misfire_threshold_ms;
@@ -165,9 +163,14 @@ impl Trigger {
         self.m.in_flight.set(n as i64);
     }
 
-    /// One round: send what is due, acknowledge, claim when it is time, send again.
-    /// Sending first keeps the acknowledgement's Redis round trip off the due fires' path.
+    /// One round: (the first time) take over what is in flight, send what is due,
+    /// acknowledge, claim when it is time, send again. Sending first keeps the
+    /// acknowledgement's Redis round trip off the due fires' path.
     async fn step(&mut self) -> Result<(), StoreError> {
+        if !self.recovered {
+            self.recover().await?;
+            self.recovered = true;
+        }
         self.send_due().await?;
         self.flush_acks().await?;
         if self.wake.take_if_due(self.clock.now_ms()) {

@@ -13,6 +13,12 @@ fn req(partition: i32, offset: i64, op: Op) -> ApplyRequest {
     }
 }
 
+fn collect(r: &ApplyRequest, now_ms: i64) -> Vec<Vec<u8>> {
+    let mut args = Vec::new();
+    command_args(r, now_ms, &mut args).unwrap();
+    args
+}
+
 fn texts(args: &[Vec<u8>]) -> Vec<String> {
     args.iter()
         .map(|a| String::from_utf8_lossy(a).into_owned())
@@ -29,7 +35,7 @@ fn one_shot_create_args_follow_the_script_layout() {
         schedule: Schedule::Once { due_ms: 1_234 },
         def: def.clone(),
     };
-    let args = command_args(&req(0, 42, op), 0).unwrap();
+    let args = collect(&req(0, 42, op), 0);
     let t = texts(&args);
     assert_eq!(&t[..6], ["42", "create", "t1", "r1", "o", "1234"]);
     assert_eq!(args[6], codec::encode_stored(&def).unwrap());
@@ -61,7 +67,7 @@ fn cron_update_args_carry_the_window() {
         },
         def: None,
     };
-    let t = texts(&command_args(&req(1, 9, op), 1_000).unwrap());
+    let t = texts(&collect(&req(1, 9, op), 1_000));
     assert_eq!(&t[..6], ["9", "update", "t1", "r1", "c", "5000"]);
     assert_eq!(t[6], "", "no definition: the current one stays");
     assert_eq!(serde_json::from_str::<CronSpec>(&t[7]).unwrap(), spec);
@@ -72,12 +78,12 @@ fn cron_update_args_carry_the_window() {
 
 #[test]
 fn lifecycle_args_have_no_schedule() {
-    let t = texts(&command_args(&req(0, 5, Op::Resume { origin_ms: 77 }), 0).unwrap());
+    let t = texts(&collect(&req(0, 5, Op::Resume { origin_ms: 77 }), 0));
     assert_eq!(
         t,
         ["5", "resume", "t1", "r1", "", "", "", "", "", "", "", "", "77", "0"]
     );
-    let t = texts(&command_args(&req(0, 6, Op::Cancel), 0).unwrap());
+    let t = texts(&collect(&req(0, 6, Op::Cancel), 0));
     assert_eq!(&t[..2], ["6", "cancel"]);
 }
 
