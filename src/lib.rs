@@ -55,6 +55,7 @@ pub mod clock;
 pub mod codec;
 pub mod command;
 pub mod config;
+pub mod fingerprint;
 pub mod intake;
 pub mod kafka;
 pub mod metrics;

@@ -12,7 +12,6 @@
 
 use crate::command::{CommandResult, FiredEvent, TimerCommand};
 use crate::timer::TimerDef;
-use apache_avro::headers::{HeaderBuilder, RabinFingerprintHeader};
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
@@ -86,7 +85,10 @@ impl Encoding {
 struct Built {
     schema: &'static Schema,
     json: &'static str,
+    /// The specification's single-object header, written and read.
     header: Vec<u8>,
+    /// apache-avro's header (written by ktimer before 0.2), still read.
+    legacy: Vec<u8>,
     reader: GenericDatumReader<'static>,
     writer: GenericDatumWriter<'static>,
 }
@@ -99,7 +101,8 @@ impl Built {
         Built {
             schema,
             json,
-            header: RabinFingerprintHeader::from_schema(schema).build_header(),
+            header: crate::fingerprint::header(json).expect("built-in schema fingerprints"),
+            legacy: crate::fingerprint::legacy_header(schema),
             reader: GenericDatumReader::builder(schema).build().expect("reader"),
             writer: GenericDatumWriter::builder(schema).build().expect("writer"),
         }
@@ -135,7 +138,10 @@ impl Built {
     }
 
     fn read_single<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, CodecError> {
-        match bytes.strip_prefix(self.header.as_slice()) {
+        let rest = bytes
+            .strip_prefix(self.header.as_slice())
+            .or_else(|| bytes.strip_prefix(self.legacy.as_slice()));
+        match rest {
             Some(rest) => self.read_datum(rest),
             None if bytes.len() < self.header.len() => Err(CodecError::Malformed(
                 "truncated Avro single-object header".into(),
@@ -168,11 +174,18 @@ struct Schemas {
     stored: Built,
 }
 
-static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas {
-    command: Built::new(include_str!("../schemas/timer_command.avsc")),
-    result: Built::new(include_str!("../schemas/command_result.avsc")),
-    fired: Built::new(include_str!("../schemas/fired_event.avsc")),
-    stored: Built::new(include_str!("../schemas/stored_timer.avsc")),
+/// The most a decoded value may claim to hold: a length prefix above it is an error
+/// before anything is allocated (apache-avro's default would allow 512 MiB).
+pub const MAX_ALLOCATION_BYTES: usize = 4 << 20;
+
+static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
+    apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
+    Schemas {
+        command: Built::new(include_str!("../../schemas/timer_command.avsc")),
+        result: Built::new(include_str!("../../schemas/command_result.avsc")),
+        fired: Built::new(include_str!("../../schemas/fired_event.avsc")),
+        stored: Built::new(include_str!("../../schemas/stored_timer.avsc")),
+    }
 });
 
 /// Encoder and decoder of everything ktimer reads and writes.
@@ -325,67 +338,4 @@ fn registry_error(e: schema_registry_converter::error::SRCError) -> CodecError {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::command::{Callback, CommandKind, DeliveryMode};
-
-    fn cmd() -> TimerCommand {
-        TimerCommand {
-            application: "app".into(),
-            at_ms: Some(1_700_000_000_123),
-            callback: Some(Callback {
-                topic: Some("cb".into()),
-                key: Some(vec![0, 1, 255]),
-                headers: [("h".to_string(), "v".to_string())].into(),
-                payload: vec![0, 159, 146, 150],
-                mode: DeliveryMode::Raw,
-            }),
-            sent_at_ms: Some(5),
-            ..TimerCommand::new(CommandKind::CreateOnce, "t", "r")
-        }
-    }
-
-    #[tokio::test]
-    async fn single_object_round_trip() {
-        let c = Codec::new(None).unwrap();
-        let bytes = c.encode_command(&cmd(), "x").await.unwrap();
-        assert_eq!(&bytes[..2], &[0xC3, 0x01]);
-        assert_eq!(c.decode_command(&bytes).await.unwrap(), cmd());
-        let e = c
-            .decode_command(&bytes[..bytes.len() - 3])
-            .await
-            .unwrap_err();
-        assert!(e.to_string().contains("invalid Avro datum"), "{e}");
-        let mut other = bytes.clone();
-        other[5] ^= 0xff;
-        let e = c.decode_command(&other).await.unwrap_err();
-        assert!(e.to_string().contains("unknown schema fingerprint"), "{e}");
-    }
-
-    #[tokio::test]
-    async fn json_commands() {
-        let c = Codec::new(None).unwrap();
-        let text = br#" {"request_id":"r","timer_id":"t","kind":"cancel"}"#;
-        let got = c.decode_command(text).await.unwrap();
-        assert_eq!(
-            (got.kind, got.application.as_str()),
-            (CommandKind::Cancel, "default")
-        );
-        let e = c
-            .decode_command(br#"{"request_id":"r","timer_id":"t","kind":"CANCEL","delay":5}"#)
-            .await
-            .unwrap_err();
-        assert!(e.to_string().contains("unknown field `delay`"), "{e}");
-        let e = c.decode_command(b"").await.unwrap_err();
-        assert!(e.to_string().contains("empty"), "{e}");
-    }
-
-    #[test]
-    fn stored_round_trip() {
-        let def = TimerDef {
-            application: "a".into(),
-            callback: cmd().callback.unwrap(),
-        };
-        assert_eq!(decode_stored(&encode_stored(&def).unwrap()).unwrap(), def);
-    }
-}
+mod tests;
