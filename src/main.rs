@@ -19,6 +19,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Run(args) => {
+            shutdown::exit_on_panic();
             let (status, _) = tokio::sync::watch::channel(ktimer::status::Status::default());
             let token = shutdown::on_signals();
             let deadline = std::time::Duration::from_millis(args.shutdown_timeout_ms);

@@ -105,6 +105,12 @@ impl CronSpec {
                 self.time_zone
             )
         })?;
+        let bound = crate::timer::MAX_INSTANT_MS;
+        for (field, v) in [("start_ms", self.start_ms), ("end_ms", self.end_ms)] {
+            if v.is_some_and(|v| !(0..=bound).contains(&v)) {
+                return Err(format!("{field} must be between 0 and {bound}"));
+            }
+        }
         if let (Some(s), Some(e)) = (self.start_ms, self.end_ms) {
             if e < s {
                 return Err(format!("end_ms {e} is before start_ms {s}"));

@@ -62,3 +62,15 @@ pub async fn within_deadline<T>(
         } => None,
     }
 }
+
+/// Makes a panic in any task end the process (exit code 70) after logging it: a task
+/// that died would leave the instance half-alive, holding partitions it no longer
+/// serves; exiting lets the consumer group move them to a live instance.
+pub fn exit_on_panic() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        tracing::error!(panic = %info, "a task panicked; exiting so the group moves its partitions");
+        default(info);
+        std::process::exit(70);
+    }));
+}

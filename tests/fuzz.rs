@@ -3,10 +3,16 @@
 //! encodings of valid commands. Whatever the bytes, decoding and validating return a
 //! value or an error, never panic. Failing inputs proptest finds are kept in
 //! `tests/fuzz.proptest-regressions` and replayed first on every run.
+//!
+//! Commands built field by field with extreme numbers (around 0, chrono's and i64's
+//! limits, ktimer's bounds), calendar corners of cron and odd zones go through
+//! validation and schedule planning (now and at later materialisations): a reason or a
+//! plan, never a panic.
 
 use ktimer::codec::Codec;
-use ktimer::command::{Callback, CommandKind, TimerCommand};
-use ktimer::validate::{validate, Limits};
+use ktimer::command::{Callback, CommandKind, MisfirePolicy, TimerCommand};
+use ktimer::timer::{Op, Schedule};
+use ktimer::validate::{validate, Limits, MAX_INSTANT_MS};
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
@@ -128,5 +134,93 @@ proptest! {
         let seeds = seeds();
         let bytes = mutated(&seeds[which % seeds.len()], &muts);
         decode_and_validate(&bytes);
+    }
+}
+
+/// Numbers around every edge the code has, and anything.
+fn extreme() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        prop::sample::select(vec![
+            i64::MIN,
+            -1,
+            0,
+            1,
+            59_999,
+            1_795_000_000_000,
+            MAX_INSTANT_MS - 3_600_000,
+            MAX_INSTANT_MS,
+            MAX_INSTANT_MS + 1,
+            8_210_266_876_799_999 - 3_600_000,
+            8_210_266_876_799_999,
+            i64::MAX - 1,
+            i64::MAX,
+        ]),
+        any::<i64>(),
+    ]
+}
+
+fn extreme_command() -> impl Strategy<Value = (TimerCommand, i64, i64)> {
+    let kinds = prop::sample::select(vec![
+        CommandKind::CreateOnce,
+        CommandKind::CreateCron,
+        CommandKind::Update,
+        CommandKind::Resume,
+    ]);
+    let crons = prop::sample::select(vec![
+        "* * * * * *",
+        "0 0 0 29 2 * 2096",
+        "59 59 23 31 12 * 2099",
+        "0 30 2 * * *",
+        "0 0 0 1 1 * 1970",
+        "*/1 * * * *",
+    ]);
+    let zones = prop::sample::select(vec![
+        "UTC",
+        "America/New_York",
+        "Pacific/Kiritimati",
+        "Asia/Kolkata",
+    ]);
+    let opt = || prop::option::of(extreme());
+    (
+        kinds,
+        (opt(), opt(), opt(), opt(), opt()),
+        prop::option::of(crons),
+        zones,
+        extreme(),
+        extreme(),
+    )
+        .prop_map(
+            |(kind, (at, delay, start, end, max), cron, zone, ts, now)| {
+                let cmd = TimerCommand {
+                    at_ms: at,
+                    delay_ms: delay,
+                    start_ms: start,
+                    end_ms: end,
+                    max_fires: max,
+                    cron: cron.map(str::to_string),
+                    time_zone: Some(zone.to_string()),
+                    misfire: Some(MisfirePolicy::FireOnce),
+                    ..TimerCommand::new(kind, "t", "r")
+                };
+                (cmd, ts, now)
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 5_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn extreme_numbers_get_a_reason_or_a_plan(c in extreme_command(), later in extreme()) {
+        let (cmd, ts, now) = c;
+        let limits = Limits::default();
+        if let Ok(Op::Create { schedule: Schedule::Cron { spec, first, .. }, .. }
+            | Op::Update { schedule: Schedule::Cron { spec, first, .. }, .. })
+            = validate(&cmd, Some(b"t"), ts, now, &limits)
+        {
+            // What the migrator does later: the next window, from where the last ended.
+            let compiled = spec.compile().expect("validated");
+            let _ = compiled.plan(first.covered_ms, later.clamp(0, MAX_INSTANT_MS), spec.misfire, &limits.plan);
+        }
     }
 }

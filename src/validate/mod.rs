@@ -5,6 +5,27 @@ use crate::command::{Callback, CommandKind, MisfirePolicy, TimerCommand};
 use crate::schedule::{CronSpec, PlanConfig};
 use crate::timer::{Op, Schedule, TimerDef};
 
+pub use crate::timer::MAX_INSTANT_MS;
+
+/// Longest id (timer, request, application), bytes.
+pub const MAX_ID_BYTES: usize = 256;
+/// Longest cron expression, bytes.
+pub const MAX_CRON_BYTES: usize = 256;
+/// Longest time zone name, bytes.
+pub const MAX_ZONE_BYTES: usize = 64;
+/// Most fires a cron timer may be limited to.
+pub const MAX_FIRES: i64 = 1_000_000_000;
+/// Longest callback record key, bytes.
+pub const MAX_KEY_BYTES: usize = 4096;
+/// Most callback headers.
+pub const MAX_HEADERS: usize = 64;
+/// Longest callback header name, bytes.
+pub const MAX_HEADER_NAME_BYTES: usize = 256;
+/// Longest callback header value, bytes.
+pub const MAX_HEADER_VALUE_BYTES: usize = 4096;
+/// How much of a value a reason echoes.
+const ECHO_BYTES: usize = 64;
+
 /// Limits applied to every command, and how cron schedules are materialised.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -54,13 +75,14 @@ pub fn validate(
         None => return Err("the record has no key; the key must be the timer id".into()),
         Some(k) if k != cmd.timer_id.as_bytes() => {
             return Err(format!(
-                "the record key ({:?}) differs from timer_id ({:?}); the key must be the timer id so every command of a timer lands in its partition",
-                String::from_utf8_lossy(k),
-                cmd.timer_id
+                "the record key ({}) differs from timer_id ({}); the key must be the timer id so every command of a timer lands in its partition",
+                echo(k),
+                echo(cmd.timer_id.as_bytes())
             ))
         }
         Some(_) => {}
     }
+    check_numbers(cmd, record_ts_ms)?;
     let def = |required: bool| -> Result<Option<TimerDef>, String> {
         let Some(callback) = cmd
             .callback
@@ -180,12 +202,52 @@ fn due_of(cmd: &TimerCommand, record_ts_ms: i64) -> Result<i64, String> {
     }
 }
 
+/// At most [`ECHO_BYTES`] of `v` for a reason, saying how long it was when cut.
+pub fn echo(v: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&v[..v.len().min(ECHO_BYTES)]);
+    match v.len() > ECHO_BYTES {
+        true => format!("{text:?}... ({} bytes)", v.len()),
+        false => format!("{text:?}"),
+    }
+}
+
+/// Bounds every number of the command before any arithmetic uses it.
+fn check_numbers(cmd: &TimerCommand, record_ts_ms: i64) -> Result<(), String> {
+    let instant = |field: &str, v: Option<i64>, min: i64| match v {
+        Some(x) if !(min..=MAX_INSTANT_MS).contains(&x) => Err(format!(
+            "{field} must be between {min} and {MAX_INSTANT_MS} (9999-12-31T23:59:59.999Z), got {x}"
+        )),
+        _ => Ok(()),
+    };
+    instant("at_ms", cmd.at_ms, 1)?;
+    instant("delay_ms", cmd.delay_ms, 0)?;
+    instant("start_ms", cmd.start_ms, 0)?;
+    instant("end_ms", cmd.end_ms, 0)?;
+    instant("the record timestamp", Some(record_ts_ms), 0)?;
+    if let Some(m) = cmd.max_fires.filter(|m| !(1..=MAX_FIRES).contains(m)) {
+        return Err(format!(
+            "max_fires must be between 1 and {MAX_FIRES}, got {m}"
+        ));
+    }
+    let long = |field: &str, v: &Option<String>, max: usize| match v {
+        Some(s) if s.len() > max => {
+            Err(format!("{field} is longer than {max} bytes ({})", s.len()))
+        }
+        _ => Ok(()),
+    };
+    long("cron", &cmd.cron, MAX_CRON_BYTES)?;
+    long("time_zone", &cmd.time_zone, MAX_ZONE_BYTES)
+}
+
 fn check_id(field: &str, v: &str) -> Result<(), String> {
     if v.is_empty() {
         return Err(format!("{field} must not be empty"));
     }
-    if v.len() > 256 {
-        return Err(format!("{field} is longer than 256 bytes"));
+    if v.len() > MAX_ID_BYTES {
+        return Err(format!(
+            "{field} is longer than {MAX_ID_BYTES} bytes ({})",
+            v.len()
+        ));
     }
     if v.chars().any(char::is_control) {
         return Err(format!("{field} must not contain control characters"));
@@ -198,7 +260,8 @@ fn check_callback(cb: &Callback, limits: &Limits) -> Result<(), String> {
         let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
         if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) {
             return Err(format!(
-                "callback topic {topic:?} is not a legal Kafka topic name (1-249 of [a-zA-Z0-9._-])"
+                "callback topic {} is not a legal Kafka topic name (1-249 of [a-zA-Z0-9._-])",
+                echo(topic.as_bytes())
             ));
         }
     }
@@ -212,130 +275,30 @@ fn check_callback(cb: &Callback, limits: &Limits) -> Result<(), String> {
     if cb.headers.keys().any(|k| k.starts_with("ktimer-")) {
         return Err("header names starting with ktimer- are reserved".into());
     }
+    if cb.key.as_ref().is_some_and(|k| k.len() > MAX_KEY_BYTES) {
+        return Err(format!(
+            "the callback key is longer than {MAX_KEY_BYTES} bytes"
+        ));
+    }
+    if cb.headers.len() > MAX_HEADERS {
+        return Err(format!("more than {MAX_HEADERS} callback headers"));
+    }
+    for (k, v) in &cb.headers {
+        if k.is_empty() || k.len() > MAX_HEADER_NAME_BYTES {
+            return Err(format!(
+                "header name {} must be 1 to {MAX_HEADER_NAME_BYTES} bytes",
+                echo(k.as_bytes())
+            ));
+        }
+        if v.len() > MAX_HEADER_VALUE_BYTES {
+            return Err(format!(
+                "header {} has a value longer than {MAX_HEADER_VALUE_BYTES} bytes",
+                echo(k.as_bytes())
+            ));
+        }
+    }
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn once(at: Option<i64>, delay: Option<i64>) -> TimerCommand {
-        TimerCommand {
-            application: "a".into(),
-            at_ms: at,
-            delay_ms: delay,
-            ..TimerCommand::new(CommandKind::CreateOnce, "t", "r")
-        }
-    }
-
-    #[test]
-    fn due_times() {
-        let l = Limits::default();
-        let v = |c: &TimerCommand| validate(c, Some(b"t"), 1_000, 1_000, &l);
-        let due = |c: &TimerCommand| match v(c) {
-            Ok(Op::Create { schedule, .. }) => schedule.first_due(),
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(due(&once(Some(5_000), None)), Some(5_000));
-        assert_eq!(due(&once(None, Some(20))), Some(1_020));
-        assert!(v(&once(Some(0), None)).unwrap_err().contains("positive"));
-        assert!(v(&once(None, Some(-1))).unwrap_err().contains("negative"));
-        assert!(v(&once(None, None)).unwrap_err().contains("needs"));
-        assert!(v(&once(Some(1), Some(1))).unwrap_err().contains("only one"));
-        assert!(v(&once(None, Some(i64::MAX)))
-            .unwrap_err()
-            .contains("overflows"));
-        assert!(v(&once(Some(i64::MAX), None))
-            .unwrap_err()
-            .contains("days ahead"));
-    }
-
-    #[test]
-    fn key_must_be_timer_id() {
-        let l = Limits::default();
-        let c = once(Some(5), None);
-        assert!(validate(&c, None, 0, 0, &l).unwrap_err().contains("no key"));
-        assert!(validate(&c, Some(b"x"), 0, 0, &l)
-            .unwrap_err()
-            .contains("differs"));
-    }
-
-    fn cron_cmd(kind: CommandKind, expr: &str) -> TimerCommand {
-        TimerCommand {
-            cron: Some(expr.into()),
-            ..TimerCommand::new(kind, "t", "r")
-        }
-    }
-
-    #[test]
-    fn cron_and_lifecycle_commands() {
-        let l = Limits::default();
-        let now = 1_800_000_000_000; // a whole second
-        let v = |c: &TimerCommand| validate(c, Some(b"t"), now, now, &l);
-        match v(&cron_cmd(CommandKind::CreateCron, "*/5 * * * * *")) {
-            Ok(Op::Create {
-                schedule: Schedule::Cron { spec, first, .. },
-                ..
-            }) => {
-                assert_eq!(spec.time_zone, "UTC");
-                assert_eq!(spec.misfire, MisfirePolicy::FireOnce);
-                // From the record's timestamp on (inclusive), an hour ahead.
-                assert_eq!(first.dues.first(), Some(&now));
-                assert_eq!(first.dues.len(), 721);
-            }
-            other => panic!("{other:?}"),
-        }
-        let err = |c: TimerCommand| v(&c).unwrap_err();
-        assert!(err(cron_cmd(CommandKind::CreateCron, "nope")).contains("invalid cron"));
-        assert!(err(TimerCommand {
-            time_zone: Some("Europe/Nowhere".into()),
-            ..cron_cmd(CommandKind::CreateCron, "* * * * *")
-        })
-        .contains("unknown time zone"));
-        assert!(err(TimerCommand {
-            start_ms: Some(now + 10),
-            end_ms: Some(now),
-            ..cron_cmd(CommandKind::CreateCron, "* * * * *")
-        })
-        .contains("before start"));
-        assert!(err(TimerCommand {
-            end_ms: Some(now - 1),
-            ..cron_cmd(CommandKind::CreateCron, "* * * * *")
-        })
-        .contains("no occurrence"));
-        assert!(err(TimerCommand {
-            at_ms: Some(now),
-            ..cron_cmd(CommandKind::CreateCron, "* * * * *")
-        })
-        .contains("one-shot"));
-        assert!(err(TimerCommand {
-            misfire: Some(MisfirePolicy::Skip),
-            ..once(Some(now), None)
-        })
-        .contains("cron timers"));
-        assert!(err(TimerCommand::new(CommandKind::CreateCron, "t", "r")).contains("needs cron"));
-        // UPDATE takes one schedule, of either kind; the callback is optional.
-        assert!(err(TimerCommand::new(CommandKind::Update, "t", "r")).contains("UPDATE needs"));
-        assert!(matches!(
-            v(&cron_cmd(CommandKind::Update, "0 * * * * *")),
-            Ok(Op::Update {
-                schedule: Schedule::Cron { .. },
-                def: None
-            })
-        ));
-        assert!(matches!(
-            v(&TimerCommand {
-                kind: CommandKind::Update,
-                ..once(None, Some(5))
-            }),
-            Ok(Op::Update {
-                schedule: Schedule::Once { due_ms },
-                def: None
-            }) if due_ms == now + 5
-        ));
-        assert_eq!(
-            v(&TimerCommand::new(CommandKind::Resume, "t", "r")),
-            Ok(Op::Resume { origin_ms: now })
-        );
-    }
-}
+mod tests;
