@@ -115,6 +115,9 @@ pub struct RunArgs {
     /// Largest accepted payload.
     #[arg(long, env = "KTIMER_MAX_PAYLOAD_BYTES", default_value_t = 512 * 1024)]
     pub max_payload_bytes: usize,
+    /// TOML file of the callback topics each application may deliver to (README: allow-list).
+    #[arg(long, env = "KTIMER_CALLBACK_ALLOW_LIST", value_parser = crate::allow::AllowList::load)]
+    pub callback_allow_list: Option<std::sync::Arc<crate::allow::AllowList>>,
     /// Largest accepted distance to a due time, in days.
     #[arg(long, env = "KTIMER_MAX_HORIZON_DAYS", default_value_t = 3660)]
     pub max_horizon_days: i64,

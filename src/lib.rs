@@ -48,6 +48,7 @@
 //! acknowledged.
 
 pub mod admin;
+pub mod allow;
 pub mod bench;
 pub mod catalog;
 pub mod client;

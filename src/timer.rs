@@ -103,6 +103,8 @@ pub struct ApplyRequest {
     pub timer_id: String,
     /// Request id.
     pub request_id: String,
+    /// The application that sent the command; a timer belongs to the one that created it.
+    pub application: String,
     /// What to do.
     pub op: Op,
 }

@@ -67,6 +67,7 @@ impl Intake {
                         offset: m.offset(),
                         timer_id: cmd.timer_id,
                         request_id: cmd.request_id,
+                        application: cmd.application,
                         op,
                     });
                 }

@@ -8,8 +8,8 @@
 --       cron occurrence), +6 stored definition ('' keeps the current one on update),
 --       +7 cron spec (JSON), +8 misfire (once | all | skip), +9 max fires (''),
 --       +10 materialised through ms, +11 next materialisation ms ('' when the schedule is
---       exhausted), +12 origin ms (resume), +13 number of cron occurrences that follow,
---       +14.. the occurrences to materialise
+--       exhausted), +12 origin ms (resume), +13 application, +14 number of cron
+--       occurrences that follow, +15.. the occurrences to materialise
 -- Returns {'fenced'}, or per command {code, version, state, due, reason} flattened; code
 -- is accepted | duplicate | rejected.
 -- Invariants:
@@ -19,7 +19,13 @@
 --   duplicate: a replayed batch changes nothing;
 -- * a scheduled one-shot timer has exactly one member (in a slice or in flight); cron
 --   members of older versions are dropped lazily when their minute is claimed;
--- * the applied offset only grows; it is the highest offset of the batch once applied.
+-- * the applied offset only grows; it is the highest offset of the batch once applied;
+-- * a timer belongs to the application that created it (field a): a command of another
+--   application is rejected and changes nothing;
+-- * a slice index entry names a minute whose slice has members: a command that empties a
+--   slice removes its entry (claim.lua only looks a bounded way past empty ones);
+-- * a cron timer whose fires reached its maximum (through an update or a resume) is
+--   completed, never left scheduled with nothing to fire.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
@@ -31,6 +37,27 @@ local function slice_add(d, member)
   local minute = math.floor(tonumber(d) / 60000)
   redis.call('ZADD', ARGV[3] .. minute, d, member)
   redis.call('ZADD', KEYS[3], minute, minute)
+end
+
+local function slice_remove(d, member)
+  local minute = math.floor(tonumber(d) / 60000)
+  local skey = ARGV[3] .. minute
+  if redis.call('ZREM', skey, member) == 1 and redis.call('EXISTS', skey) == 0 then
+    redis.call('ZREM', KEYS[3], minute)
+  end
+end
+
+-- No occurrence of the timer will fire any more.
+local function complete(tkey, id)
+  redis.call('HSET', tkey, 'st', 'completed')
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('PEXPIRE', tkey, ARGV[2])
+end
+
+-- Whether a cron timer has fired as often as it may.
+local function fired_out(tkey)
+  local t = redis.call('HMGET', tkey, 'n', 'mx')
+  return t[2] and tonumber(t[1] or '0') >= tonumber(t[2])
 end
 
 -- Stores the schedule of the command whose group starts at ARGV[a] in `tkey` (timer
@@ -54,11 +81,15 @@ local function install(tkey, a, id, off, live)
   else
     redis.call('HDEL', tkey, 'mx')
   end
+  if fired_out(tkey) then
+    complete(tkey, id)
+    return
+  end
   if not live then
     return
   end
   local last
-  for i = a + 14, a + 13 + tonumber(ARGV[a + 13]) do
+  for i = a + 15, a + 14 + tonumber(ARGV[a + 14]) do
     slice_add(ARGV[i], off .. ':' .. ARGV[i] .. ':' .. id)
     last = ARGV[i]
   end
@@ -87,8 +118,12 @@ local function apply_one(tkey, a)
   if not OPS[op] then
     return 'rejected', 'unknown operation ' .. op
   end
-  local t = redis.call('HMGET', tkey, 'v', 'st', 'rq', 'due', 'k')
+  local app = ARGV[a + 13]
+  local t = redis.call('HMGET', tkey, 'v', 'st', 'rq', 'due', 'k', 'a')
   local v, st, rq, due, kind = t[1], t[2], t[3], t[4], t[5]
+  if v and t[6] and t[6] ~= app then
+    return 'rejected', 'timer belongs to another application'
+  end
   if v then
     if rq == rq_arg then
       return 'duplicate', 'request ' .. rq .. ' was applied already'
@@ -109,11 +144,11 @@ local function apply_one(tkey, a)
     if ARGV[a + 4] == 'o' then
       -- The common case in one call: a new one-shot timer.
       redis.call('HSET', tkey, 'v', off, 'st', 'scheduled', 'rq', rq_arg, 'd', ARGV[a + 6],
-        'k', 'o', 'due', due_arg)
+        'k', 'o', 'due', due_arg, 'a', app)
       slice_add(due_arg, off .. ':' .. due_arg .. ':' .. id)
     else
       redis.call('HSET', tkey, 'v', off, 'st', 'scheduled', 'rq', rq_arg, 'd', ARGV[a + 6],
-        'n', 0)
+        'n', 0, 'a', app)
       install(tkey, a, id, off, true)
     end
     -- What a read-back would answer, without the read.
@@ -137,7 +172,7 @@ local function apply_one(tkey, a)
   -- Removes the pending member of a scheduled one-shot timer (cron members go lazily).
   if st == 'scheduled' and kind ~= 'c' and due then
     local member = v .. ':' .. due .. ':' .. id
-    redis.call('ZREM', ARGV[3] .. math.floor(tonumber(due) / 60000), member)
+    slice_remove(due, member)
     redis.call('ZREM', KEYS[4], member)
   end
   redis.call('HSET', tkey, 'v', off, 'rq', rq_arg)
@@ -146,12 +181,18 @@ local function apply_one(tkey, a)
       redis.call('HSET', tkey, 'd', ARGV[a + 6])
     end
     install(tkey, a, id, off, st == 'scheduled')
+    if redis.call('HGET', tkey, 'st') == 'completed' then
+      return 'accepted', 'the timer has fired max_fires times: completed'
+    end
   elseif op == 'pause' then
     redis.call('HSET', tkey, 'st', 'paused')
     redis.call('ZREM', KEYS[5], id)
   elseif op == 'resume' then
     redis.call('HSET', tkey, 'st', 'scheduled')
-    if kind == 'c' then
+    if kind == 'c' and fired_out(tkey) then
+      complete(tkey, id)
+      return 'accepted', 'the timer has fired max_fires times: completed'
+    elseif kind == 'c' then
       -- Occurrences from the resume on; the migrator materialises them at once.
       redis.call('HSET', tkey, 'hz', tonumber(ARGV[a + 12]) - 1)
       redis.call('HDEL', tkey, 'fin', 'due')
@@ -181,7 +222,7 @@ while a <= #ARGV do
   out[#out + 1] = st
   out[#out + 1] = due
   out[#out + 1] = reason
-  a = a + 14 + tonumber(ARGV[a + 13])
+  a = a + 15 + tonumber(ARGV[a + 14])
   i = i + 1
 end
 if top > tonumber(redis.call('GET', KEYS[2]) or '-1') then

@@ -116,8 +116,8 @@ impl Args for Vec<Vec<u8>> {
 
 /// Appends the argument group of one command (see the header of apply.lua): offset, op,
 /// timer id, request id, kind, due, definition, cron spec, misfire, max fires,
-/// materialised through, next refill, origin, the number of occurrences and the
-/// occurrences.
+/// materialised through, next refill, origin, application, the number of occurrences
+/// and the occurrences.
 fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<(), StoreError> {
     out.push(r.offset);
     out.push(op_name(&r.op));
@@ -162,6 +162,7 @@ fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<()
         Op::Resume { origin_ms } => origin_ms,
         _ => 0,
     });
+    out.push(&r.application);
     let dues = match schedule {
         Some(Schedule::Cron { first, .. }) => first.dues.as_slice(),
         _ => &[],

@@ -75,10 +75,16 @@ end
 for i = 1, #flight, 1000 do
   redis.call('ZADD', KEYS[3], unpack(flight, i, math.min(i + 999, #flight)))
 end
--- The next due time: the first member of the first non-empty slice.
-for _ = 1, 16 do
+-- The next due time: the first member of the first non-empty slice. Commands remove
+-- the entries of the slices they empty, so empty entries are rare; should more than a
+-- bounded number lead, the answer is 'look again now' rather than 'nothing is due'.
+for i = 1, 257 do
   local first = redis.call('ZRANGE', KEYS[2], 0, 0)
   if #first == 0 then
+    break
+  end
+  if i == 257 then
+    out[1] = ARGV[2]
     break
   end
   local head = redis.call('ZRANGE', ARGV[4] .. first[1], 0, 0, 'WITHSCORES')

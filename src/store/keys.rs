@@ -66,6 +66,8 @@ pub mod field {
     pub const KIND: &str = "k";
     /// The next due instant, Unix ms.
     pub const DUE: &str = "due";
+    /// The application that created the timer (its owner).
+    pub const APPLICATION: &str = "a";
     /// The stored definition (`schemas/stored_timer.avsc`, a bare Avro datum).
     pub const DEF: &str = "d";
     /// Cron: the schedule, JSON.
@@ -82,8 +84,10 @@ pub mod field {
     pub const LAST_MATERIALISED: &str = "lst";
     /// Cron: the final occurrence, once the schedule is exhausted.
     pub const FINAL: &str = "fin";
-    /// Cron: the last late (misfired) occurrence fired.
+    /// Cron: when the last late (misfired) occurrence was taken, Unix ms.
     pub const LATE_FIRE: &str = "lf";
+    /// Cron: the due instant of that late occurrence (it still fires after a takeover).
+    pub const LATE_FIRE_DUE: &str = "lfd";
     /// Cron: the due instant of the last fire delivered.
     pub const LAST_FIRED: &str = "last";
     /// Fires sent to the dead-letter topic.

@@ -1,19 +1,23 @@
 -- Misfire helpers, prepended to claim.lua and recover.lua (one source for both).
--- `t` holds a timer's fields in this order: v, st, d, k, n, mx, mp, lf, fin.
-local TIMER_FIELDS = {'v', 'st', 'd', 'k', 'n', 'mx', 'mp', 'lf', 'fin'}
+-- `t` holds a timer's fields in this order: v, st, d, k, n, mx, mp, lf, fin, lfd.
+local TIMER_FIELDS = {'v', 'st', 'd', 'k', 'n', 'mx', 'mp', 'lf', 'fin', 'lfd'}
 
 -- Whether a cron occurrence due at `d` that was missed still fires, by the timer's
 -- policy: skip drops it; once fires the first occurrence missed in an outage and drops
--- the others missed by then (lf: when that late fire was taken); all fires it.
+-- the others missed by then (lf: when that late fire was taken, lfd: its due, which
+-- still fires when a new owner re-drives it from the in-flight set); all fires it.
 local function missed_fires(tkey, t, d, now)
   if t[7] == 'skip' then
     return false
   end
   if t[7] == 'once' then
+    if t[10] and d == tonumber(t[10]) then
+      return true
+    end
     if t[8] and d <= tonumber(t[8]) then
       return false
     end
-    redis.call('HSET', tkey, 'lf', now)
+    redis.call('HSET', tkey, 'lf', now, 'lfd', d)
   end
   return true
 end

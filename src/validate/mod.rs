@@ -1,9 +1,11 @@
 //! Validation: turns a decoded [`TimerCommand`] into an [`Op`] for the store, or a
 //! reason a person can act on. Pure: no I/O, the time is an argument.
 
+use crate::allow::AllowList;
 use crate::command::{Callback, CommandKind, MisfirePolicy, TimerCommand};
 use crate::schedule::{CronSpec, PlanConfig};
 use crate::timer::{Op, Schedule, TimerDef};
+use std::sync::Arc;
 
 pub use crate::timer::MAX_INSTANT_MS;
 
@@ -35,6 +37,12 @@ pub struct Limits {
     pub max_payload_bytes: usize,
     /// Cron materialisation window and misfire threshold.
     pub plan: PlanConfig,
+    /// ktimer's own commands, results and dead-letter topics: never callback topics.
+    pub own_topics: Vec<String>,
+    /// Where each application may deliver, when an allow-list is configured.
+    pub allow: Option<Arc<AllowList>>,
+    /// The default callback topic (ktimer's fired topic), open to every application.
+    pub fired_topic: String,
 }
 
 impl From<&crate::config::RunArgs> for Limits {
@@ -43,6 +51,13 @@ impl From<&crate::config::RunArgs> for Limits {
             max_horizon_ms: a.max_horizon_days.saturating_mul(86_400_000),
             max_payload_bytes: a.max_payload_bytes,
             plan: a.into(),
+            own_topics: vec![
+                a.kafka.commands_topic.clone(),
+                a.kafka.results_topic.clone(),
+                a.kafka.dead_letter_topic.clone(),
+            ],
+            allow: a.callback_allow_list.clone(),
+            fired_topic: a.kafka.fired_topic.clone(),
         }
     }
 }
@@ -53,6 +68,11 @@ impl Default for Limits {
             max_horizon_ms: 10 * 366 * 24 * 3_600_000,
             max_payload_bytes: 512 * 1024,
             plan: PlanConfig::default(),
+            own_topics: ["ktimer.commands", "ktimer.results", "ktimer.dead-letter"]
+                .map(String::from)
+                .to_vec(),
+            allow: None,
+            fired_topic: "ktimer.fired".into(),
         }
     }
 }
@@ -92,6 +112,7 @@ pub fn validate(
             return Ok(None);
         };
         check_callback(&callback, limits)?;
+        check_allowed(&cmd.application, &callback, limits)?;
         Ok(Some(TimerDef {
             application: cmd.application.clone(),
             callback,
@@ -253,6 +274,28 @@ fn check_id(field: &str, v: &str) -> Result<(), String> {
         return Err(format!("{field} must not contain control characters"));
     }
     Ok(())
+}
+
+/// The callback topic is not one of ktimer's own, and the allow-list lets the
+/// application deliver there.
+fn check_allowed(app: &str, cb: &Callback, limits: &Limits) -> Result<(), String> {
+    let Some(topic) = cb.topic.as_deref().filter(|t| *t != limits.fired_topic) else {
+        return Ok(());
+    };
+    if limits.own_topics.iter().any(|t| t == topic) {
+        return Err(format!(
+            "callback topic {} is one of ktimer's own topics (commands, results, dead letter)",
+            echo(topic.as_bytes())
+        ));
+    }
+    match &limits.allow {
+        Some(allow) if !allow.permits(app, topic) => Err(format!(
+            "application {} may not deliver to {} (callback allow-list)",
+            echo(app.as_bytes()),
+            echo(topic.as_bytes())
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn check_callback(cb: &Callback, limits: &Limits) -> Result<(), String> {

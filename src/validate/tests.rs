@@ -164,3 +164,37 @@ fn extreme_instants_get_a_reason_not_a_panic() {
     let e = validate(&once(Some(now), None), Some(long.as_bytes()), now, now, &l).unwrap_err();
     assert!(e.len() < 400 && e.contains("600000 bytes"), "{}", e.len());
 }
+
+#[test]
+fn own_topics_and_the_allow_list_bound_callbacks() {
+    let mut l = Limits::default();
+    let now = 1_800_000_000_000;
+    let to = |app: &str, topic: &str| TimerCommand {
+        application: app.into(),
+        callback: Some(Callback {
+            topic: Some(topic.into()),
+            mode: crate::command::DeliveryMode::Raw,
+            ..Callback::default()
+        }),
+        ..once(Some(now + 1_000), None)
+    };
+    let v = |c: &TimerCommand, l: &Limits| validate(c, Some(b"t"), now, now, l);
+    for own in ["ktimer.commands", "ktimer.results", "ktimer.dead-letter"] {
+        assert!(
+            v(&to("a", own), &l).unwrap_err().contains("ktimer's own"),
+            "{own}"
+        );
+    }
+    assert!(v(&to("a", "ktimer.fired"), &l).is_ok());
+    assert!(v(&to("a", "anywhere"), &l).is_ok());
+    l.allow = Some(std::sync::Arc::new(
+        crate::allow::AllowList::parse("[applications]\na = [\"a.*\"]").unwrap(),
+    ));
+    assert!(v(&to("a", "a.cb"), &l).is_ok());
+    assert!(v(&to("a", "b.cb"), &l).unwrap_err().contains("allow-list"));
+    assert!(v(&to("b", "b.cb"), &l).unwrap_err().contains("allow-list"));
+    assert!(
+        v(&to("b", "ktimer.fired"), &l).is_ok(),
+        "the default callback"
+    );
+}

@@ -1,0 +1,190 @@
+//! The store's scripts against a real redis-server, with the time as an argument: the
+//! lifecycle corners of issue 12 (emptied minutes, max_fires reached by an update, the
+//! late FIRE_ONCE fire across a takeover) and application ownership.
+
+mod common;
+
+use common::{servers, unique};
+use ktimer::command::{CommandKind, MisfirePolicy, TimerCommand};
+use ktimer::store::Store;
+use ktimer::timer::{Applied, ApplyOutcome, ApplyRequest, TimerState};
+use ktimer::validate::{validate, Limits};
+
+/// A whole minute (2027-01-15T08:00:00Z), so cron occurrences line up with it.
+const T0: i64 = 1_800_000_000_000;
+
+/// A store on its own key prefix, partition 0 acquired.
+struct World {
+    store: Store,
+    epoch: i64,
+    offset: i64,
+}
+
+impl World {
+    async fn new(name: &str) -> World {
+        let store = Store::connect(&servers().redis_url, &unique(name), "cmds", 60_000)
+            .await
+            .expect("redis");
+        let epoch = store.acquire(0, T0).await.expect("acquire");
+        World {
+            store,
+            epoch,
+            offset: 0,
+        }
+    }
+
+    /// Validates `cmd` (recorded and applied at `now`) and applies it.
+    async fn apply(&mut self, cmd: TimerCommand, now: i64) -> Applied {
+        let op = validate(
+            &cmd,
+            Some(cmd.timer_id.as_bytes()),
+            now,
+            now,
+            &Limits::default(),
+        )
+        .expect("valid command");
+        self.offset += 1;
+        let req = ApplyRequest {
+            partition: 0,
+            epoch: self.epoch,
+            offset: self.offset,
+            timer_id: cmd.timer_id.clone(),
+            request_id: format!("r{}", self.offset),
+            application: cmd.application.clone(),
+            op,
+        };
+        let (mut applied, _) = self.store.apply(&[req], &[], now).await.expect("apply");
+        applied.remove(0)
+    }
+
+    async fn claim(&self, upto: i64, now: i64) -> ktimer::timer::Claimed {
+        let missed_before = now - Limits::default().plan.misfire_threshold_ms;
+        self.store
+            .claim(0, self.epoch, upto, 1000, missed_before, now)
+            .await
+            .expect("claim")
+    }
+}
+
+fn once(id: &str, at: i64) -> TimerCommand {
+    TimerCommand {
+        application: "app".into(),
+        at_ms: Some(at),
+        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
+    }
+}
+
+fn cron(kind: CommandKind, id: &str, expr: &str) -> TimerCommand {
+    TimerCommand {
+        application: "app".into(),
+        cron: Some(expr.into()),
+        ..TimerCommand::new(kind, id, "r")
+    }
+}
+
+#[tokio::test]
+async fn a_timer_due_after_many_cancelled_minutes_is_still_found() {
+    let mut w = World::new("emptied").await;
+    // 20 minutes of timers, all cancelled: their minutes are empty now.
+    for m in 1..=20 {
+        let id = format!("gone-{m}");
+        let a = w.apply(once(&id, T0 + m * 60_000 + 5_000), T0).await;
+        assert_eq!(a.outcome, ApplyOutcome::Accepted);
+        let cancel = TimerCommand {
+            application: "app".into(),
+            ..TimerCommand::new(CommandKind::Cancel, &id, "c")
+        };
+        assert_eq!(w.apply(cancel, T0).await.outcome, ApplyOutcome::Accepted);
+    }
+    let due = T0 + 21 * 60_000 + 10_000;
+    w.apply(once("kept", due), T0).await;
+    let claimed = w.claim(T0 + 100, T0).await;
+    assert!(claimed.fires.is_empty());
+    assert_eq!(
+        claimed.next_due_ms,
+        Some(due),
+        "the trigger must learn when the kept timer is due"
+    );
+    let claimed = w.claim(due, due).await;
+    assert_eq!(claimed.fires.len(), 1);
+    assert_eq!(claimed.fires[0].timer_id, "kept");
+}
+
+#[tokio::test]
+async fn an_update_that_reaches_max_fires_completes_the_timer() {
+    let mut w = World::new("maxfires").await;
+    let create = TimerCommand {
+        max_fires: Some(5),
+        ..cron(CommandKind::CreateCron, "c", "* * * * * *")
+    };
+    assert_eq!(w.apply(create, T0).await.outcome, ApplyOutcome::Accepted);
+    let first = w.claim(T0, T0).await;
+    assert_eq!(first.fires.len(), 1, "the first occurrence, at T0");
+    let members: Vec<String> = first.fires.iter().map(|f| f.member.clone()).collect();
+    w.store.ack(0, w.epoch, &members).await.unwrap();
+    let update = TimerCommand {
+        max_fires: Some(1),
+        ..cron(CommandKind::Update, "c", "* * * * * *")
+    };
+    let a = w.apply(update, T0 + 500).await;
+    assert_eq!(a.outcome, ApplyOutcome::Accepted);
+    assert_eq!(a.state, Some(TimerState::Completed), "{a:?}");
+    assert!(a.reason.contains("max_fires"), "{a:?}");
+    assert!(w.claim(T0 + 5_000, T0 + 5_000).await.fires.is_empty());
+}
+
+#[tokio::test]
+async fn the_late_fire_once_fire_survives_a_takeover_before_its_acknowledgement() {
+    let mut w = World::new("lateonce").await;
+    let create = TimerCommand {
+        misfire: Some(MisfirePolicy::FireOnce),
+        ..cron(CommandKind::CreateCron, "late", "0 * * * * *")
+    };
+    // Created ten minutes before anyone claims: ten occurrences were missed by then.
+    w.apply(create, T0 - 600_000).await;
+    let claimed = w.claim(T0 - 30_000, T0 - 30_000).await;
+    let late: Vec<i64> = claimed.fires.iter().map(|f| f.due_ms).collect();
+    assert_eq!(late, [T0 - 600_000], "one late fire: the first missed");
+    // The owner dies before the broker acknowledged it; a new owner takes over.
+    let epoch = w.store.acquire(0, T0).await.unwrap();
+    let recovered = w.store.recover(0, epoch, T0 - 10_000, T0).await.unwrap();
+    let dues: Vec<i64> = recovered.iter().map(|f| f.due_ms).collect();
+    assert_eq!(
+        dues,
+        [T0 - 600_000],
+        "the late fire is re-driven, not dropped"
+    );
+}
+
+#[tokio::test]
+async fn a_timer_belongs_to_the_application_that_created_it() {
+    let mut w = World::new("owner").await;
+    w.apply(once("t", T0 + 60_000), T0).await;
+    let from = |app: &str, kind| TimerCommand {
+        application: app.into(),
+        ..TimerCommand::new(kind, "t", "x")
+    };
+    for kind in [CommandKind::Cancel, CommandKind::Pause] {
+        let a = w.apply(from("other", kind), T0).await;
+        assert_eq!(a.outcome, ApplyOutcome::Rejected, "{kind:?}");
+        assert_eq!(a.reason, "timer belongs to another application");
+        assert_eq!(a.state, Some(TimerState::Scheduled), "unchanged");
+    }
+    let update = TimerCommand {
+        application: "other".into(),
+        ..once("t", T0 + 1_000)
+    };
+    let update = TimerCommand {
+        kind: CommandKind::Update,
+        ..update
+    };
+    assert_eq!(w.apply(update, T0).await.outcome, ApplyOutcome::Rejected);
+    let a = w.apply(from("app", CommandKind::Cancel), T0).await;
+    assert_eq!(a.outcome, ApplyOutcome::Accepted);
+    // Cancelled and retained: the id is still the creator's.
+    let recreate = TimerCommand {
+        application: "other".into(),
+        ..once("t", T0 + 1_000)
+    };
+    assert_eq!(w.apply(recreate, T0).await.outcome, ApplyOutcome::Rejected);
+}
