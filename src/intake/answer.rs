@@ -5,13 +5,19 @@
 //! Invariant: a command's offset is stored (and so committed) only after Redis applied it
 //! and its result was acknowledged; batches are confirmed in the order they were applied,
 //! so stored offsets only grow.
+//!
+//! Every answer fits: a result the broker refuses as too large is replaced by a minimal
+//! one (identity cut, no record key); one that still does not fit is logged, counted
+//! (`commands_total{outcome="unanswerable"}`) and passed over, never holding the partition.
 
 use super::Handled;
+use crate::command::CommandResult;
 use crate::metrics::Metrics;
 use crate::ownership::IntakeContext;
-use crate::retry::Retry;
+use crate::retry::{Retry, Stopped};
 use crate::shutdown::CancellationToken;
 use crate::sink::{delivered, Sink, SinkError};
+use crate::validate::echo;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::DeliveryFuture;
 use std::collections::HashMap;
@@ -33,7 +39,7 @@ pub(crate) async fn send(sink: &Sink, metrics: &Metrics, handled: Vec<Handled>) 
     for h in &handled {
         let outcome = h.result.outcome.label();
         metrics.commands.with_label_values(&[outcome]).inc();
-        sent.push(sink.send_result(h.key.as_deref(), &h.result).await);
+        sent.push(sink.send_result(h.result_key(), &h.result).await);
     }
     Batch { handled, sent }
 }
@@ -45,6 +51,7 @@ pub(crate) async fn confirm(
     sink: Arc<Sink>,
     consumer: Arc<StreamConsumer<IntakeContext>>,
     topic: String,
+    metrics: Arc<Metrics>,
     token: CancellationToken,
 ) {
     let retry = Retry::new("command result", &token);
@@ -59,14 +66,26 @@ pub(crate) async fn confirm(
                 async move {
                     match first {
                         Some(sent) => confirmed(sent).await,
-                        None => {
-                            confirmed(sink.send_result(h.key.as_deref(), &h.result).await).await
-                        }
+                        None => confirmed(sink.send_result(h.result_key(), &h.result).await).await,
                     }
                 }
             };
-            if retry.forever(resend).await.is_none() {
-                return;
+            match retry.run(does_not_fit, resend).await {
+                Ok(()) => {}
+                Err(Stopped::Fatal(e)) => {
+                    let small = minimal(&h.result, &e);
+                    let send_small =
+                        || async { confirmed(sink.send_result(None, &small).await).await };
+                    match retry.run(does_not_fit, send_small).await {
+                        Ok(()) => {}
+                        Err(Stopped::Fatal(e)) => {
+                            metrics.commands.with_label_values(&["unanswerable"]).inc();
+                            tracing::error!(partition = h.partition, offset = h.offset, error = %e, "no result fits; the command stays unanswered");
+                        }
+                        Err(Stopped::Shutdown) => return,
+                    }
+                }
+                Err(Stopped::Shutdown) => return,
             }
             next_offsets.insert(h.partition, h.offset);
         }
@@ -75,6 +94,37 @@ pub(crate) async fn confirm(
                 tracing::debug!(partition = p, error = %e, "offset not stored (partition gone)");
             }
         }
+    }
+}
+
+/// Whether the broker refused a record for what it is (too large, invalid): sending it
+/// again cannot succeed.
+fn does_not_fit(e: &SinkError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode as C;
+    match e {
+        SinkError::Kafka(k) => matches!(
+            k.rdkafka_error_code(),
+            Some(C::MessageSizeTooLarge | C::InvalidRecord | C::InvalidMessageSize)
+        ),
+        _ => false,
+    }
+}
+
+/// The smallest result that still says what happened to the command.
+fn minimal(r: &CommandResult, e: &SinkError) -> CommandResult {
+    let cut = |s: &Option<String>| s.as_deref().map(|s| echo(s.as_bytes()));
+    CommandResult {
+        request_id: cut(&r.request_id),
+        timer_id: cut(&r.timer_id),
+        application: cut(&r.application),
+        reason: Some(format!(
+            "the full result could not be produced ({e}); this one is cut; reason: {}",
+            r.reason
+                .as_deref()
+                .map(|s| echo(s.as_bytes()))
+                .unwrap_or_default()
+        )),
+        ..r.clone()
     }
 }
 

@@ -73,6 +73,16 @@ pub(crate) struct Handled {
     result: CommandResult,
 }
 
+impl Handled {
+    /// The result's record key: the command's, unless it is longer than any timer id
+    /// may be (such a key would only make the result too large to produce).
+    fn result_key(&self) -> Option<&[u8]> {
+        self.key
+            .as_deref()
+            .filter(|k| k.len() <= crate::validate::MAX_ID_BYTES)
+    }
+}
+
 impl Intake {
     /// Runs until the token is cancelled, then stops the triggers and commits.
     pub async fn run(mut self) -> Result<(), KafkaError> {
@@ -85,6 +95,7 @@ impl Intake {
             self.sink.clone(),
             self.consumer.clone(),
             self.topic.clone(),
+            self.metrics.clone(),
             self.token.clone(),
         ));
         let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -8,7 +8,7 @@ use crate::retry::{Retry, Retryable, Stopped};
 use crate::sink::delivered;
 use crate::store::Mark;
 use crate::timer::{ApplyRequest, Op};
-use crate::validate::validate;
+use crate::validate::{validate, MAX_ID_BYTES};
 use rdkafka::message::{Message, OwnedMessage};
 
 /// A prepared batch: one [`Handled`] per record, and the valid commands to apply.
@@ -135,9 +135,10 @@ fn unanswered(m: &OwnedMessage, now_ms: i64) -> Handled {
     let key = m.key().map(<[u8]>::to_vec);
     let result = CommandResult {
         request_id: None,
-        timer_id: key
-            .as_ref()
-            .map(|k| String::from_utf8_lossy(k).into_owned()),
+        timer_id: key.as_deref().map(|k| match k.len() > MAX_ID_BYTES {
+            true => crate::validate::echo(k),
+            false => String::from_utf8_lossy(k).into_owned(),
+        }),
         application: None,
         kind: None,
         outcome: Outcome::Rejected,
