@@ -3,7 +3,8 @@
 //! whose payload the topic would refuse, instead of failing at its due time.
 //!
 //! Answers are cached (a known topic for a minute, an unknown one for a few seconds, so
-//! a topic created after a rejection is picked up soon). When the broker cannot answer,
+//! a topic created after a rejection is picked up soon), at most [`CACHED_TOPICS`] of
+//! them: commands naming ever new topics cannot grow the cache without bound. When the broker cannot answer,
 //! the command is not rejected: the timer is accepted and, should delivery fail at its
 //! due time, the fire goes to the dead-letter topic with the reason.
 
@@ -23,6 +24,9 @@ pub const DEFAULT_MAX_RECORD_BYTES: usize = 1_000_000;
 /// Room kept for the record's headers, key and envelope around the payload.
 const RECORD_OVERHEAD_BYTES: usize = 2_048;
 
+/// Most topics whose facts are cached.
+pub const CACHED_TOPICS: usize = 10_000;
+
 /// What is known about a topic.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum TopicInfo {
@@ -41,8 +45,43 @@ pub enum TopicInfo {
 pub struct Catalog {
     consumer: Arc<BaseConsumer>,
     admin: AdminClient<DefaultClientContext>,
-    cache: Mutex<HashMap<String, (Instant, TopicInfo)>>,
+    cache: Mutex<TopicCache>,
     producer_max: usize,
+}
+
+/// Topic facts with the time they were learnt; bounded by [`CACHED_TOPICS`].
+#[derive(Default)]
+struct TopicCache {
+    map: HashMap<String, (Instant, TopicInfo)>,
+}
+
+impl TopicCache {
+    /// How long an answer holds: a topic that exists for a minute, others a few seconds.
+    fn ttl(info: TopicInfo) -> Duration {
+        match info {
+            TopicInfo::Exists { .. } => Duration::from_secs(60),
+            _ => Duration::from_secs(5),
+        }
+    }
+
+    /// The fact about `topic` still valid at `now`.
+    fn get(&self, topic: &str, now: Instant) -> Option<TopicInfo> {
+        let &(at, info) = self.map.get(topic)?;
+        (now.duration_since(at) < Self::ttl(info)).then_some(info)
+    }
+
+    /// Records a fact learnt at `now`; when full, forgets the expired facts first, then
+    /// every fact (the next look-ups ask the broker again).
+    fn insert(&mut self, topic: &str, info: TopicInfo, now: Instant) {
+        if self.map.len() >= CACHED_TOPICS && !self.map.contains_key(topic) {
+            self.map
+                .retain(|_, &mut (at, i)| now.duration_since(at) < Self::ttl(i));
+            if self.map.len() >= CACHED_TOPICS {
+                self.map.clear();
+            }
+        }
+        self.map.insert(topic.to_string(), (now, info));
+    }
 }
 
 impl Catalog {
@@ -55,7 +94,7 @@ impl Catalog {
         Ok(Catalog {
             consumer: Arc::new(cfg.create()?),
             admin: cfg.create()?,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(TopicCache::default()),
             producer_max,
         })
     }
@@ -77,26 +116,13 @@ impl Catalog {
 
     /// The (cached) facts about `topic`.
     pub async fn info(&self, topic: &str) -> TopicInfo {
-        if let Some((at, info)) = self.cached(topic) {
-            let ttl = match info {
-                TopicInfo::Exists { .. } => Duration::from_secs(60),
-                _ => Duration::from_secs(5),
-            };
-            if at.elapsed() < ttl {
-                return info;
-            }
+        let cache = || self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(info) = cache().get(topic, Instant::now()) {
+            return info;
         }
         let info = self.ask(topic).await;
-        self.cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(topic.to_string(), (Instant::now(), info));
+        cache().insert(topic, info, Instant::now());
         info
-    }
-
-    fn cached(&self, topic: &str) -> Option<(Instant, TopicInfo)> {
-        let c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        c.get(topic).copied()
     }
 
     async fn ask(&self, topic: &str) -> TopicInfo {
@@ -146,5 +172,36 @@ impl Catalog {
             })
         });
         found.unwrap_or(DEFAULT_MAX_RECORD_BYTES)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_forgets_rather_than_grows() {
+        let mut c = TopicCache::default();
+        let t0 = Instant::now();
+        let known = TopicInfo::Exists {
+            max_record_bytes: 1,
+        };
+        c.insert("kept", known, t0);
+        for i in 0..3 * CACHED_TOPICS {
+            c.insert(&format!("missing-{i}"), TopicInfo::Missing, t0);
+            assert!(c.map.len() <= CACHED_TOPICS);
+        }
+        assert_eq!(c.get("missing-29999", t0), Some(TopicInfo::Missing));
+        assert_eq!(c.get("missing-29999", t0 + Duration::from_secs(6)), None);
+        // Full of facts from t0: ten seconds on, the expired ones go, the rest stays.
+        let mut c = TopicCache::default();
+        c.insert("kept", known, t0);
+        for i in 1..CACHED_TOPICS {
+            c.insert(&format!("missing-{i}"), TopicInfo::Missing, t0);
+        }
+        let later = t0 + Duration::from_secs(10);
+        c.insert("new", TopicInfo::Missing, later);
+        assert_eq!(c.map.len(), 2);
+        assert_eq!(c.get("kept", later), Some(known));
     }
 }
