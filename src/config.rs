@@ -73,6 +73,9 @@ pub struct KafkaArgs {
     /// Extra librdkafka property for every client, `key=value` (repeatable; comma-separated in the variable).
     #[arg(long = "kafka-option", env = "KTIMER_KAFKA_OPTIONS", value_delimiter = ',', value_parser = parse_kv)]
     pub kafka_options: Vec<(String, String)>,
+    /// How a timer id maps to a commands partition (ktimer's producers use it too).
+    #[arg(long, env = "KTIMER_PARTITIONER", value_enum, default_value_t)]
+    pub partitioner: crate::partitioner::Partitioner,
 }
 
 /// `ktimer run`
@@ -115,6 +118,9 @@ pub struct RunArgs {
     /// Largest accepted payload.
     #[arg(long, env = "KTIMER_MAX_PAYLOAD_BYTES", default_value_t = 512 * 1024)]
     pub max_payload_bytes: usize,
+    /// A command that arrived in another partition than its key's: forward or reject it.
+    #[arg(long, env = "KTIMER_MISROUTED", value_enum, default_value_t)]
+    pub misrouted: crate::partitioner::Misrouted,
     /// TOML file of the callback topics each application may deliver to (README: allow-list).
     #[arg(long, env = "KTIMER_CALLBACK_ALLOW_LIST", value_parser = crate::allow::AllowList::load)]
     pub callback_allow_list: Option<std::sync::Arc<crate::allow::AllowList>>,

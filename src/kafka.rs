@@ -16,6 +16,7 @@ pub fn client(kafka: &KafkaArgs) -> ClientConfig {
 pub fn producer(kafka: &KafkaArgs) -> ClientConfig {
     let mut cfg = base(kafka);
     cfg.set("enable.idempotence", "true")
+        .set("partitioner", kafka.partitioner.librdkafka())
         .set("acks", "all")
         .set("linger.ms", "1")
         .set("message.timeout.ms", "30000")
@@ -27,6 +28,7 @@ pub fn producer(kafka: &KafkaArgs) -> ClientConfig {
 pub fn bulk_producer(kafka: &KafkaArgs) -> ClientConfig {
     let mut cfg = base(kafka);
     cfg.set("enable.idempotence", "true")
+        .set("partitioner", kafka.partitioner.librdkafka())
         .set("linger.ms", "5")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000");

@@ -62,6 +62,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod migrator;
 pub mod ownership;
+pub mod partitioner;
 pub mod retry;
 pub mod schedule;
 pub mod service;

@@ -86,6 +86,8 @@ pub async fn run(
         batch: args.intake_batch,
         token: token.clone(),
         clock: Clock::System,
+        routing: (k.partitioner, args.misrouted),
+        partition_count: partitions,
     };
     tracing::info!(topic = %k.commands_topic, partitions, group = %args.group_id, "ktimer running");
     intake.run().await?;

@@ -4,8 +4,9 @@
 mod common;
 
 use common::{cancel, once_at, TestEnv};
-use ktimer::command::{DeliveryMode, Outcome};
+use ktimer::command::{DeliveryMode, Outcome, TimerCommand};
 use ktimer::now_ms;
+use ktimer::partitioner::Partitioner;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -75,5 +76,102 @@ async fn another_application_cannot_touch_a_timer_nor_write_to_ktimers_topics() 
     let f = got.fires(1, WAIT).await;
     assert_eq!(f[0].timer_id, "mine", "the owner's timer still fires");
     assert!(f[0].received_ms >= due);
+    svc.stop().await;
+}
+
+/// A producer of `env`'s commands hashing keys with librdkafka's `partitioner`.
+fn producer(partitioner: &str) -> rdkafka::producer::FutureProducer {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &common::servers().brokers)
+        .set("partitioner", partitioner)
+        .create()
+        .expect("producer")
+}
+
+async fn produce(env: &TestEnv, p: &rdkafka::producer::FutureProducer, cmd: &TimerCommand) {
+    let bytes = ktimer::codec::Codec::new(None)
+        .unwrap()
+        .encode_command(cmd, "x")
+        .await
+        .unwrap();
+    let rec = rdkafka::producer::FutureRecord::to(&env.args.kafka.commands_topic)
+        .key(&cmd.timer_id)
+        .payload(&bytes);
+    p.send(rec, Duration::from_secs(10)).await.expect("produce");
+}
+
+/// A timer id whose murmur2 and CRC32 partitions differ among `n`.
+fn split_key(n: i32) -> String {
+    (0..)
+        .map(|i| format!("order-{i}"))
+        .find(|k| {
+            Partitioner::Murmur2.partition(k.as_bytes(), n)
+                != Partitioner::Crc32.partition(k.as_bytes(), n)
+        })
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_a_crc32_producer_reaches_a_timer_a_java_style_producer_created() {
+    let env = TestEnv::new("router", 4, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let (java, librdkafka) = (producer("murmur2_random"), producer("consistent_random"));
+    let id = split_key(4);
+    let home = Partitioner::Murmur2.partition(id.as_bytes(), 4);
+    let due = now_ms() + 2_000;
+    produce(&env, &java, &once_at(&id, due, "cancelled")).await;
+    produce(&env, &librdkafka, &cancel(&id)).await;
+    // A sentinel in the same partition, due after the cancelled timer.
+    let sentinel = (0..)
+        .map(|i| format!("sentinel-{i}"))
+        .find(|k| Partitioner::Murmur2.partition(k.as_bytes(), 4) == home)
+        .unwrap();
+    produce(&env, &java, &once_at(&sentinel, due + 500, "s")).await;
+    let r = got.results(3, WAIT).await;
+    let of = |req: &str| {
+        r.iter()
+            .find(|x| x.request_id.as_deref() == Some(req))
+            .unwrap()
+    };
+    let created = of(&format!("req-{id}"));
+    assert_eq!(created.outcome, Outcome::Accepted);
+    assert_eq!(
+        created.partition, home,
+        "librdkafka's murmur2 and ktimer's agree"
+    );
+    let cancelled = of(&format!("cancel-{id}"));
+    assert_eq!(
+        cancelled.outcome,
+        Outcome::Accepted,
+        "{:?}",
+        cancelled.reason
+    );
+    assert_eq!(
+        cancelled.partition, home,
+        "forwarded to the timer's partition"
+    );
+    let f = got.fires_until(&sentinel, WAIT).await;
+    let ids: Vec<&str> = f.iter().map(|x| x.timer_id.as_str()).collect();
+    assert_eq!(ids, [sentinel.as_str()], "the cancelled timer did not fire");
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misrouted_command_is_rejected_with_the_partitioner_to_use_when_asked() {
+    let env = TestEnv::new("misrouted", 4, &["--misrouted", "reject"]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let id = split_key(4);
+    produce(
+        &env,
+        &producer("consistent_random"),
+        &once_at(&id, now_ms() + 100, "x"),
+    )
+    .await;
+    let r = got.results(1, WAIT).await;
+    assert_eq!(r[0].outcome, Outcome::Rejected);
+    let reason = r[0].reason.clone().unwrap_or_default();
+    assert!(reason.contains("murmur2_random"), "{reason}");
     svc.stop().await;
 }

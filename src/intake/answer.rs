@@ -34,14 +34,36 @@ pub(crate) struct Batch {
 }
 
 /// Enqueues the result of every handled record (in order) and counts the outcomes.
-pub(crate) async fn send(sink: &Sink, metrics: &Metrics, handled: Vec<Handled>) -> Batch {
+pub(crate) async fn send(
+    sink: &Sink,
+    metrics: &Metrics,
+    topic: &str,
+    handled: Vec<Handled>,
+) -> Batch {
     let mut sent = Vec::with_capacity(handled.len());
     for h in &handled {
-        let outcome = h.result.outcome.label();
+        let outcome = match h.forward {
+            Some(_) => "forwarded",
+            None => h.result.outcome.label(),
+        };
         metrics.commands.with_label_values(&[outcome]).inc();
-        sent.push(sink.send_result(h.result_key(), &h.result).await);
+        sent.push(answer(sink, topic, h).await);
     }
     Batch { handled, sent }
+}
+
+/// Enqueues a record's answer: its result, or the command itself forwarded to its key's
+/// partition (whose owner answers it).
+async fn answer(sink: &Sink, topic: &str, h: &Handled) -> Result<DeliveryFuture, SinkError> {
+    match &h.forward {
+        Some(f) => {
+            let from = format!("{}/{}", h.partition, h.offset);
+            let key = h.key.as_deref();
+            sink.send_forward(topic, f.partition, key, &f.value, &from)
+                .await
+        }
+        None => sink.send_result(h.result_key(), &h.result).await,
+    }
 }
 
 /// Confirms batches in order until the channel closes (the intake stopped) or shutdown
@@ -60,13 +82,13 @@ pub(crate) async fn confirm(
         for (h, sent) in batch.handled.iter().zip(batch.sent) {
             // The first try waits for the record already enqueued; retries send it again.
             let mut first = Some(sent);
-            let sink = &sink;
+            let (sink, topic) = (&sink, &topic);
             let resend = || {
                 let first = first.take();
                 async move {
                     match first {
                         Some(sent) => confirmed(sent).await,
-                        None => confirmed(sink.send_result(h.result_key(), &h.result).await).await,
+                        None => confirmed(answer(sink, topic, h).await).await,
                     }
                 }
             };

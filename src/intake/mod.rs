@@ -23,6 +23,7 @@ use crate::codec::Codec;
 use crate::command::CommandResult;
 use crate::metrics::Metrics;
 use crate::ownership::{IntakeContext, Partitions, RebalanceEvent};
+use crate::partitioner::{Misrouted, Partitioner};
 use crate::shutdown::CancellationToken;
 use crate::sink::Sink;
 use crate::store::Store;
@@ -63,6 +64,10 @@ pub struct Intake {
     pub clock: Clock,
     /// The owned partitions.
     pub partitions: Partitions,
+    /// How keys map to partitions, and what to do with a command in the wrong one.
+    pub routing: (Partitioner, Misrouted),
+    /// Partitions of the commands topic.
+    pub partition_count: i32,
 }
 
 /// The outcome of one record before its result is sent.
@@ -71,6 +76,15 @@ pub(crate) struct Handled {
     offset: i64,
     key: Option<Vec<u8>>,
     result: CommandResult,
+    /// A misrouted command's answer: the command itself, produced to its key's partition
+    /// (which applies and answers it) instead of a result.
+    forward: Option<Forward>,
+}
+
+/// A command to produce again to the partition its key maps to.
+pub(crate) struct Forward {
+    partition: i32,
+    value: Vec<u8>,
 }
 
 impl Handled {
@@ -153,7 +167,7 @@ impl Intake {
         let Some(handled) = self.apply(prepared).await else {
             return;
         };
-        let batch = answer::send(&self.sink, &self.metrics, handled).await;
+        let batch = answer::send(&self.sink, &self.metrics, &self.topic, handled).await;
         // Waiting for the acknowledgements overlaps the next batch; the channel is short,
         // so a slow broker still holds the intake back.
         if answers.send(batch).await.is_err() {

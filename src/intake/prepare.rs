@@ -1,9 +1,10 @@
 //! Preparing a batch: decode each record, validate the command, and check that its
 //! callback topic would accept the fires. Nothing is written to Redis here.
 
-use super::{Handled, Intake};
+use super::{Forward, Handled, Intake};
 use crate::codec::CodecError;
 use crate::command::{CommandResult, Outcome, TimerCommand};
+use crate::partitioner::Misrouted;
 use crate::retry::{Retry, Retryable, Stopped};
 use crate::sink::delivered;
 use crate::store::Mark;
@@ -50,6 +51,20 @@ impl Intake {
                 }
             };
             describe(&mut h.result, &cmd);
+            if let Some(to) = self.misrouted(m) {
+                match (self.routing.1, forwarded(m)) {
+                    (Misrouted::Forward, false) => {
+                        let value = payload.to_vec();
+                        h.forward = Some(Forward {
+                            partition: to,
+                            value,
+                        });
+                    }
+                    _ => h.result.reason = Some(self.misrouted_reason(m.partition(), to)),
+                }
+                out.handled.push(h);
+                continue;
+            }
             let ts = m.timestamp().to_millis().unwrap_or(now);
             let valid = match validate(&cmd, h.key.as_deref(), ts, now, &self.limits) {
                 Ok(op) => match self.deliverable(&op).await {
@@ -76,6 +91,20 @@ impl Intake {
             out.handled.push(h);
         }
         Some(out)
+    }
+
+    /// The partition the record's key maps to, when the record is not in it.
+    fn misrouted(&self, m: &OwnedMessage) -> Option<i32> {
+        let key = m.key()?;
+        let to = self.routing.0.partition(key, self.partition_count);
+        (self.partition_count > 0 && to != m.partition()).then_some(to)
+    }
+
+    fn misrouted_reason(&self, at: i32, to: i32) -> String {
+        format!(
+            "the command arrived in partition {at}, but its key maps to partition {to} under ktimer's partitioner; produce commands with {}",
+            self.routing.0.advice()
+        )
     }
 
     /// Why the broker would refuse the fires of `op` (unknown callback topic, payload too
@@ -155,7 +184,17 @@ fn unanswered(m: &OwnedMessage, now_ms: i64) -> Handled {
         offset: m.offset(),
         key,
         result,
+        forward: None,
     }
+}
+
+/// Whether ktimer forwarded this record already (it is never forwarded twice).
+fn forwarded(m: &OwnedMessage) -> bool {
+    use rdkafka::message::Headers;
+    m.headers().is_some_and(|h| {
+        h.iter()
+            .any(|x| x.key == crate::sink::headers::FORWARDED_FROM)
+    })
 }
 
 /// Copies the command's identity into its result.

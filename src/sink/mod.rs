@@ -199,6 +199,27 @@ impl Sink {
         enqueue(&self.producer, rec).await
     }
 
+    /// Enqueues a command again, to partition `partition` of `topic` (its key's), marked
+    /// with where it arrived first so it is never forwarded twice.
+    pub async fn send_forward(
+        &self,
+        topic: &str,
+        partition: i32,
+        key: Option<&[u8]>,
+        value: &[u8],
+        from: &str,
+    ) -> Result<DeliveryFuture, SinkError> {
+        let h = OwnedHeaders::new().insert(header(headers::FORWARDED_FROM, from));
+        let mut rec = FutureRecord::<[u8], [u8]>::to(topic)
+            .partition(partition)
+            .payload(value)
+            .headers(h);
+        if let Some(k) = key {
+            rec = rec.key(k);
+        }
+        enqueue(&self.producer, rec).await
+    }
+
     /// Waits for all enqueued records to be acknowledged, up to `timeout`.
     pub fn flush(&self, timeout: Duration) {
         use rdkafka::producer::Producer;

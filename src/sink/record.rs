@@ -29,6 +29,8 @@ pub mod headers {
     pub const ORIGIN: &str = "ktimer-origin";
     /// Dead letters: set when the value was left out because the record was too large.
     pub const VALUE_DROPPED: &str = "ktimer-value-dropped";
+    /// On a command forwarded to its key's partition: `partition/offset` it arrived at.
+    pub const FORWARDED_FROM: &str = "ktimer-forwarded-from";
 }
 
 /// How a fire is being produced.

@@ -118,8 +118,10 @@ impl TestEnv {
                 .await
                 .expect("create topics");
         }
+        // Keys go where ktimer expects them (its default partitioner, Java's murmur2).
         let producer = ClientConfig::new()
             .set("bootstrap.servers", &s.brokers)
+            .set("partitioner", "murmur2_random")
             .set("linger.ms", "1")
             .create()
             .expect("producer");
