@@ -47,6 +47,11 @@ pub struct MigratorHandle {
 }
 
 impl MigratorHandle {
+    /// Whether the migrator ended (it only does when fenced or stopped).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// Stops the migrator and waits for it.
     pub async fn stop(self) {
         self.task.stop().await;

@@ -61,6 +61,7 @@ pub async fn run(
     let max = kafka::producer_max_bytes(k).unwrap_or(catalog::DEFAULT_MAX_RECORD_BYTES);
     let catalog = Catalog::new(&kafka::client(k), max).context("creating the metadata clients")?;
     let tasks = Tasks {
+        trigger_store: store.dedicated().await?,
         store: store.clone(),
         sink: sink.clone(),
         metrics: metrics.clone(),

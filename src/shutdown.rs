@@ -37,6 +37,11 @@ impl Stoppable {
         Stoppable { token, join }
     }
 
+    /// Whether the task ended (by itself, or after [`Stoppable::stop`]).
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+
     /// Cancels the task's token and waits for the task to finish.
     pub async fn stop(self) {
         self.token.cancel();

@@ -175,3 +175,42 @@ async fn a_misrouted_command_is_rejected_with_the_partitioner_to_use_when_asked(
     assert!(reason.contains("murmur2_random"), "{reason}");
     svc.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_pause_during_a_claim_strands_no_fire() {
+    let env = TestEnv::new("pause", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let due = now_ms() + 3_000;
+    for i in 0..8 {
+        env.send(&once_at(&format!("p{i}"), due, "x"), None).await;
+    }
+    got.results(8, WAIT).await;
+    // What a fork for a snapshot of a large dataset does: writes stall for 800 ms, from
+    // just before the claim (100 ms ahead of the due time). The claim's reply times out
+    // (500 ms) while Redis still runs it when the pause ends.
+    let client = redis::Client::open(common::servers().redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    tokio::time::sleep(Duration::from_millis((due - 150 - now_ms()).max(0) as u64)).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(800)
+        .arg("WRITE")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let f = got.fires(8, WAIT).await;
+    let mut ids: Vec<&str> = f.iter().map(|x| x.timer_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 8, "every timer fired: {ids:?}");
+    for x in &f {
+        assert!(x.received_ms >= due, "never early");
+        assert!(
+            x.received_ms < due + 5_000,
+            "re-driven within seconds: {}",
+            x.received_ms - due
+        );
+    }
+    svc.stop().await;
+}

@@ -147,7 +147,12 @@ async fn the_late_fire_once_fire_survives_a_takeover_before_its_acknowledgement(
     assert_eq!(late, [T0 - 600_000], "one late fire: the first missed");
     // The owner dies before the broker acknowledged it; a new owner takes over.
     let epoch = w.store.acquire(0, T0).await.unwrap();
-    let recovered = w.store.recover(0, epoch, T0 - 10_000, T0).await.unwrap();
+    let (next, members) = w.store.in_flight_page(0, 0).await.unwrap();
+    assert_eq!(next, 0, "one page");
+    let recovered = (w.store)
+        .recover(0, epoch, &members, T0 - 10_000, T0)
+        .await
+        .unwrap();
     let dues: Vec<i64> = recovered.iter().map(|f| f.due_ms).collect();
     assert_eq!(
         dues,

@@ -33,6 +33,11 @@ pub struct Owned {
 }
 
 impl Owned {
+    /// Whether the trigger's or the migrator's task ended while the partition is owned.
+    fn ended(&self) -> bool {
+        self.trigger.is_finished() || self.migrator.is_finished()
+    }
+
     async fn stop(self) {
         self.migrator.stop().await;
         self.trigger.stop().await;
@@ -43,6 +48,9 @@ impl Owned {
 pub struct Tasks {
     /// Redis.
     pub store: Store,
+    /// Redis for the triggers: their own connection, so a large intake pipeline never
+    /// delays a claim.
+    pub trigger_store: Store,
     /// The producer.
     pub sink: Arc<Sink>,
     /// Metrics.
@@ -147,7 +155,7 @@ impl Partitions {
         let trigger = trigger::spawn(
             p,
             epoch,
-            store.clone(),
+            t.trigger_store.clone(),
             t.sink.clone(),
             &t.metrics,
             t.trigger.clone(),
@@ -210,6 +218,22 @@ impl Partitions {
                 }
             };
             match verdict(epoch, handled, state) {
+                Verdict::Held if o.ended() && !self.tasks.token.is_cancelled() => {
+                    // Only a fence ends them otherwise; Redis says the epoch is still ours.
+                    tracing::error!(
+                        partition = p,
+                        "the trigger or migrator ended; restarting both"
+                    );
+                    self.tasks
+                        .metrics
+                        .redis_errors
+                        .with_label_values(&["restart"])
+                        .inc();
+                    if !self.own(p).await {
+                        return held;
+                    }
+                    changed = true;
+                }
                 Verdict::Held => held.push(p),
                 Verdict::Fenced => {
                     tracing::warn!(partition = p, "fenced: another instance took the partition");

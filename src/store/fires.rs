@@ -6,6 +6,9 @@ use super::{bad_reply, Store, StoreError};
 use crate::codec;
 use crate::timer::{Claimed, Fire};
 
+/// How many in-flight members one recover page asks ZSCAN for.
+const RECOVER_PAGE: usize = 500;
+
 impl Store {
     /// Claims up to `limit` fires of `partition` due at or before `upto_ms`, at `now_ms`.
     /// Cron occurrences due before `missed_before_ms` were missed: their timer's misfire
@@ -46,12 +49,32 @@ impl Store {
         })
     }
 
-    /// Lists the in-flight fires of `partition`, to re-drive them after a takeover.
-    /// Missed cron occurrences (due before `missed_before_ms`) obey their misfire policy.
+    /// One page of the in-flight members of `partition` from ZSCAN `cursor`: the next
+    /// cursor (0 when the scan is complete) and the members. A member in flight for the
+    /// whole scan is listed at least once; one may be listed twice.
+    pub async fn in_flight_page(
+        &self,
+        partition: i32,
+        cursor: u64,
+    ) -> Result<(u64, Vec<String>), StoreError> {
+        let (next, pairs): (u64, Vec<String>) = redis::cmd("ZSCAN")
+            .arg(self.keys(partition).inflight())
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(RECOVER_PAGE)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok((next, pairs.into_iter().step_by(2).collect()))
+    }
+
+    /// Takes over in-flight `members` of `partition` (a page of [`Store::in_flight_page`]),
+    /// to re-drive them. Missed cron occurrences (due before `missed_before_ms`) obey their
+    /// misfire policy; members acknowledged since the scan are skipped.
     pub async fn recover(
         &self,
         partition: i32,
         epoch: i64,
+        members: &[String],
         missed_before_ms: i64,
         now_ms: i64,
     ) -> Result<Vec<Fire>, StoreError> {
@@ -65,6 +88,9 @@ impl Store {
             .arg(missed_before_ms)
             .arg(now_ms)
             .arg(self.retention_ms);
+        for m in members {
+            inv.arg(m);
+        }
         let reply: Vec<Vec<u8>> = self.listed(partition, &inv).await?;
         parse_fires(reply.into_iter())
     }

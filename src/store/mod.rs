@@ -154,6 +154,14 @@ impl Store {
         Ok(store)
     }
 
+    /// The same store on a connection of its own.
+    pub async fn dedicated(&self) -> Result<Store, StoreError> {
+        Ok(Store {
+            conn: ConnectionManager::new(self.client.clone()).await?,
+            ..self.clone()
+        })
+    }
+
     async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut p = redis::pipe();
         for s in self.scripts.all() {

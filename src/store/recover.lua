@@ -1,38 +1,42 @@
--- Lists the in-flight fires of a partition (claimed, not yet acknowledged) so the new
--- owner re-drives them; drops those whose timer was paused, cancelled or changed
--- meanwhile, and missed cron occurrences the timer's misfire policy drops (misfire.lua,
--- prepended).
+-- Takes over in-flight fires of a partition (claimed, not yet acknowledged), one page of
+-- members read with ZSCAN, so an owner re-drives them; drops those whose timer was
+-- paused, cancelled or changed meanwhile, and missed cron occurrences the timer's
+-- misfire policy drops (misfire.lua, prepended). Members no longer in flight (acknowledged
+-- since the scan) are skipped.
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 occurrences due before this ms were
---       missed, 4 now ms, 5 retention ms
+--       missed, 4 now ms, 5 retention ms, 6.. members
 -- Returns {member, definition, ...}, or {'fenced'}.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
 local missed_before = tonumber(ARGV[3])
 local out = {}
-for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  local c1 = string.find(member, ':', 1, true)
-  local c2 = string.find(member, ':', c1 + 1, true)
-  local due = string.sub(member, c1 + 1, c2 - 1)
-  local id = string.sub(member, c2 + 1)
-  local tkey = ARGV[2] .. id
-  local t = redis.call('HMGET', tkey, unpack(TIMER_FIELDS))
-  -- 'completed': the last fire of a cron timer was acknowledged before earlier ones.
-  local keep = t[1] == string.sub(member, 1, c1 - 1) and (t[2] == 'scheduled' or t[2] == 'completed')
-  if keep and t[4] == 'c' and tonumber(due) < missed_before and not missed_fires(tkey, t, tonumber(due), ARGV[4]) then
-    -- Counted when claimed; it will not fire after all.
-    redis.call('HINCRBY', tkey, 'n', -1)
-    if t[9] == due and t[2] == 'scheduled' then
-      complete(tkey, id, ARGV[5], KEYS[3])
+for i = 6, #ARGV do
+  local member = ARGV[i]
+  if redis.call('ZSCORE', KEYS[2], member) then
+    local c1 = string.find(member, ':', 1, true)
+    local c2 = string.find(member, ':', c1 + 1, true)
+    local due = string.sub(member, c1 + 1, c2 - 1)
+    local id = string.sub(member, c2 + 1)
+    local tkey = ARGV[2] .. id
+    local t = redis.call('HMGET', tkey, unpack(TIMER_FIELDS))
+    -- 'completed': the last fire of a cron timer was acknowledged before earlier ones.
+    local keep = t[1] == string.sub(member, 1, c1 - 1) and (t[2] == 'scheduled' or t[2] == 'completed')
+    if keep and t[4] == 'c' and tonumber(due) < missed_before and not missed_fires(tkey, t, tonumber(due), ARGV[4]) then
+      -- Counted when claimed; it will not fire after all.
+      redis.call('HINCRBY', tkey, 'n', -1)
+      if t[9] == due and t[2] == 'scheduled' then
+        complete(tkey, id, ARGV[5], KEYS[3])
+      end
+      keep = false
     end
-    keep = false
-  end
-  if keep then
-    out[#out + 1] = member
-    out[#out + 1] = t[3]
-  else
-    redis.call('ZREM', KEYS[2], member)
+    if keep then
+      out[#out + 1] = member
+      out[#out + 1] = t[3]
+    else
+      redis.call('ZREM', KEYS[2], member)
+    end
   end
 end
 return out

@@ -23,6 +23,7 @@ mod delivery;
 pub mod gate;
 pub mod lease;
 mod ready;
+mod recover;
 mod task;
 pub mod wake;
 
@@ -91,6 +92,11 @@ pub struct TriggerHandle {
 }
 
 impl TriggerHandle {
+    /// Whether the trigger ended (it only does when fenced or stopped).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// Stops the trigger and waits for it to hand back what it holds.
     pub async fn stop(self) {
         self.task.stop().await;

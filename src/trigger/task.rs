@@ -13,6 +13,7 @@ use crate::timer::Fire;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use prometheus::{Histogram, IntCounter, IntGauge};
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -65,8 +66,12 @@ pub(super) struct Trigger {
     pub lease: Lease,
     /// Fires routed to the dead-letter topic so far (for sparse logging).
     pub undeliverable: u32,
-    /// Whether the fires a previous owner left in flight were taken over.
+    /// Whether the in-flight set was read since the last call whose outcome is unknown
+    /// (the first step takes over what a previous owner left).
     pub recovered: bool,
+    /// Members this trigger holds (queued, sending, or delivered and not yet
+    /// acknowledged): a re-read of the in-flight set skips them.
+    pub held: HashSet<String>,
 }
 
 impl Trigger {
@@ -101,6 +106,7 @@ impl Trigger {
             acks: Vec::new(),
             undeliverable: 0,
             recovered: false,
+            held: HashSet::new(),
         }
     }
 
@@ -129,27 +135,9 @@ impl Trigger {
         tracing::warn!(partition = self.partition, error = %e, "trigger stopped: partition lost");
     }
 
-    /// Queues the fires a previous owner left in flight (the first step).
-    async fn recover(&mut self) -> Result<(), StoreError> {
-        let now = self.clock.now_ms();
-        let missed_before = now - self.cfg.misfire_threshold_ms;
-        let fires = self
-            .store
-            .recover(self.partition, self.epoch, missed_before, now)
-            .await?;
-        if !fires.is_empty() {
-            tracing::info!(
-                partition = self.partition,
-                fires = fires.len(),
-                "re-driving in-flight fires"
-            );
-        }
-        fires.into_iter().for_each(|f| self.push(f));
-        Ok(())
-    }
-
-    fn push(&mut self, fire: Fire) {
+    pub(super) fn push(&mut self, fire: Fire) {
         let at = fire.due_ms;
+        self.held.insert(fire.member.clone());
         let pending = Pending {
             fire,
             attempt: 1,
@@ -176,6 +164,9 @@ impl Trigger {
         if self.wake.take_if_due(self.clock.now_ms()) {
             if let Err(e) = self.claim().await {
                 self.wake.claim_again();
+                // A claim whose reply was lost (a timeout) may still have moved fires in
+                // flight: read the in-flight set again before the next claim.
+                self.recovered = false;
                 return Err(e);
             }
         }
@@ -244,7 +235,14 @@ impl Trigger {
             .ack(self.partition, self.epoch, &self.acks)
             .await?;
         self.lease.confirm(issued);
-        self.acks.clear();
+        for a in self.acks.drain(..) {
+            // A dead-lettered fire is acknowledged as `!member\nreason`.
+            let member = match a.strip_prefix('!') {
+                Some(rest) => rest.split('\n').next().unwrap_or_default(),
+                None => &a,
+            };
+            self.held.remove(member);
+        }
         self.in_flight_gauge();
         Ok(())
     }

@@ -1,0 +1,44 @@
+//! Taking over the in-flight set: what a previous owner claimed and did not see
+//! acknowledged, and what a claim of this trigger whose reply was lost (a Redis timeout
+//! is an unknown outcome, not a failure) may have moved there.
+
+use super::task::Trigger;
+use crate::store::StoreError;
+
+impl Trigger {
+    /// Queues every in-flight fire this trigger does not hold, reading the set in ZSCAN
+    /// pages (a member in flight for the whole scan is seen at least once).
+    pub(super) async fn recover(&mut self) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let missed_before = now - self.cfg.misfire_threshold_ms;
+        let (mut cursor, mut taken) = (0, 0);
+        loop {
+            let (next, members) = self.store.in_flight_page(self.partition, cursor).await?;
+            let mut fresh: Vec<String> = members
+                .into_iter()
+                .filter(|m| !self.held.contains(m))
+                .collect();
+            fresh.sort_unstable();
+            fresh.dedup();
+            if !fresh.is_empty() {
+                let fires = (self.store)
+                    .recover(self.partition, self.epoch, &fresh, missed_before, now)
+                    .await?;
+                taken += fires.len();
+                fires.into_iter().for_each(|f| self.push(f));
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        if taken > 0 {
+            tracing::info!(
+                partition = self.partition,
+                fires = taken,
+                "re-driving in-flight fires"
+            );
+        }
+        Ok(())
+    }
+}
