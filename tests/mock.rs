@@ -78,3 +78,58 @@ async fn injected_produce_and_commit_errors_lose_nothing() {
     );
     svc.stop().await;
 }
+
+/// 8. A broker outage that outlasts `message.timeout.ms`: librdkafka gives up on the
+/// records, so ktimer's own delivery retry (attempt count, backoff) takes over. Every
+/// timer fires; some fires carry an attempt above 1, which only ktimer's retry writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_longer_than_the_message_timeout_goes_through_ktimers_retry() {
+    let name = common::unique("mocktimeout");
+    let mock = cluster(&name);
+    let env = env_on(
+        &mock,
+        &name,
+        &[
+            "--kafka-option",
+            "message.timeout.ms=1000",
+            "--kafka-option",
+            "retry.backoff.max.ms=200",
+            "--retry-base-ms",
+            "200",
+            "--retry-max-ms",
+            "1000",
+            "--max-delivery-attempts",
+            "1000",
+        ],
+    )
+    .await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let first_due = now_ms() + 6_000;
+    let expected = spread("t", 200, first_due, 1_000);
+    env.send_many(&commands(&expected)).await;
+    let rs = got.results(expected.len(), MIN).await;
+    assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted));
+    let before = (first_due - 300 - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(before)).await;
+    // The leader of every test topic goes away for three times the message timeout.
+    mock.broker_down(1).expect("broker down");
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    mock.broker_up(1).expect("broker up");
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
+    check(
+        "8 outage beyond the message timeout",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: expected.len(),
+            lateness_ms: 30_000,
+        },
+    );
+    let retried = fires
+        .iter()
+        .filter(|f| f.headers.get("ktimer-attempt").is_some_and(|a| a != "1"))
+        .count();
+    assert!(retried > 0, "no fire went through ktimer's retry");
+    svc.stop().await;
+}
