@@ -61,6 +61,11 @@ impl ChildProcess {
         (!vals.is_empty()).then(|| vals.iter().sum())
     }
 
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     pub fn kill9(&mut self) {
         signal(self.pid(), libc::SIGKILL);
         let _ = self.child.wait();
