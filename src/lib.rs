@@ -15,8 +15,11 @@
 //! ```
 //!
 //! - [`command`]: the wire types (mirroring `schemas/*.avsc`); [`codec`]: Confluent Avro,
-//!   Avro single-object and JSON encodings.
-//! - [`validate`]: a decoded command becomes an operation, or a reason (pure);
+//!   Avro single-object and JSON encodings; [`fingerprint`]: the specification's
+//!   single-object fingerprint (Parsing Canonical Form).
+//! - [`validate`]: a decoded command becomes an operation, or a reason (pure; every number
+//!   and size bounded); [`allow`]: the per-application callback allow-list;
+//!   [`partitioner`]: the one key-to-partition mapping (misrouted commands are forwarded);
 //!   [`schedule`]: cron expressions, time zones, DST rules, misfire planning (pure).
 //! - [`timer`]: the domain types the flow passes along (operation, schedule, stored
 //!   definition, apply request and its typed outcome, the claimed fire).
@@ -28,7 +31,7 @@
 //! - [`store`]: Redis keys and hash fields, one file per script family (apply, fires,
 //!   cron, epoch) and a typed view; the Lua scripts are `src/store/*.lua`.
 //! - [`trigger`]: one task per owned partition firing timers at the due millisecond
-//!   (`wake`, `gate`, `lease`, `delivery`, `task`); [`migrator`]: one task per owned
+//!   (`wake`, `gate`, `lease`, `delivery`, `recover`, `task`); [`migrator`]: one task per owned
 //!   partition materialising cron occurrences ahead.
 //! - [`sink`]: the idempotent producer (`record`: pure record building, `send`:
 //!   back-pressure and delivery).
