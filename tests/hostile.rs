@@ -2,7 +2,7 @@
 //! every kind with extreme numbers, huge and odd strings, other applications' ids,
 //! foreign keys and plain garbage. The process stays up, every record gets a result, and
 //! a normal timer sent afterwards fires on time. `KTIMER_HOSTILE_COMMANDS` sets how many
-//! (default 20,000; the closing note of issue 12 quotes a run of 100,000).
+//! (default 10,000; the closing note of issue 12 quotes a run of 100,000).
 
 mod common;
 
@@ -158,7 +158,7 @@ async fn generated_hostile_commands_all_get_a_result_and_the_service_stays_up() 
     let n: usize = std::env::var("KTIMER_HOSTILE_COMMANDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+        .unwrap_or(10_000);
     let env = TestEnv::new("hostile", 2, &["--max-payload-bytes", "700000"]).await;
     let mut got = env.collect();
     let log = std::env::temp_dir().join(format!("{}.log", env.name));
