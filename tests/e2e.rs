@@ -292,8 +292,8 @@ async fn an_undeliverable_fire_goes_to_the_dead_letter_topic_and_blocks_nothing(
     let mut doomed = once_at("doomed", due, "");
     let cb = doomed.callback.as_mut().unwrap();
     cb.payload = vec![b'p'; 10_000];
-    cb.headers = (0..3)
-        .map(|i| (format!("h{i}"), "v".repeat(5_000)))
+    cb.headers = (0..4)
+        .map(|i| (format!("h{i}"), "v".repeat(4_000)))
         .collect();
     env.send(&doomed, None).await;
     env.send(&once_at("fine", due + 50, ""), None).await;
