@@ -245,14 +245,15 @@ async fn redis_restarted_empty_is_detected_and_replayed() {
     svc.stop().await;
 }
 
-/// 6. The broker frozen longer than the session timeout, then back. (The freeze is
-/// shorter than the producer's `message.timeout.ms`: with a freeze beyond it, the
-/// idempotent producer bumps its epoch, Tansu answers ProducerFenced for ever and nothing
-/// is delivered again; issue 12's closing note.)
+/// 6. The broker frozen longer than the session timeout, then back. The freeze also
+/// outlasts the producer's `message.timeout.ms` (5 s here): librdkafka gives records up,
+/// its idempotent producer bumps its epoch, which Tansu answers with ProducerFenced for
+/// good; ktimer replaces the failed producer and its own retry carries the records over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_unavailable_longer_than_the_session_timeout() {
     let w = World::start("broker", false);
-    let env = TestEnv::on(&w.servers(), "broker", 2, FAST).await;
+    let flags = [FAST, &["--kafka-option", "message.timeout.ms=5000"]].concat();
+    let env = TestEnv::on(&w.servers(), "broker", 2, &flags).await;
     let mut got = env.collect();
     let svc = env.start().await;
     let expected = spread("b", 1_000, now_ms() + 3_000, 15_000);

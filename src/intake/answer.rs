@@ -86,10 +86,14 @@ pub(crate) async fn confirm(
             let resend = || {
                 let first = first.take();
                 async move {
-                    match first {
+                    let r = match first {
                         Some(sent) => confirmed(sent).await,
                         None => confirmed(answer(sink, topic, h).await).await,
+                    };
+                    if let Err(e) = &r {
+                        sink.heal(e);
                     }
+                    r
                 }
             };
             match retry.run(does_not_fit, resend).await {

@@ -23,7 +23,7 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use record::header;
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// Errors of producing.
@@ -74,7 +74,12 @@ pub struct SinkTopics {
 
 /// The producer of everything ktimer writes to Kafka.
 pub struct Sink {
-    producer: FutureProducer,
+    /// The producer; replaced when librdkafka declares it failed for good ([`Sink::heal`]).
+    producer: RwLock<FutureProducer>,
+    /// Its configuration, to build a replacement.
+    cfg: ClientConfig,
+    /// When the producer was last replaced (at most one replacement per 5 s).
+    replaced: std::sync::Mutex<Option<std::time::Instant>>,
     instance: String,
     codec: Arc<Codec>,
     /// Topic names.
@@ -92,11 +97,56 @@ impl Sink {
             .or_else(|_| std::env::var("HOSTNAME"))
             .unwrap_or_else(|_| "localhost".into());
         Ok(Sink {
-            producer: cfg.create()?,
+            producer: RwLock::new(cfg.create()?),
+            cfg: cfg.clone(),
+            replaced: Default::default(),
             instance: format!("{}/{}", host.trim(), std::process::id()),
             codec,
             topics,
         })
+    }
+
+    /// The current producer (a cheap handle).
+    fn producer(&self) -> FutureProducer {
+        self.producer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the producer after delivery error `e` if it failed for good: librdkafka
+    /// reports a fatal error, or the broker fenced it (ProducerFenced, which Tansu answers
+    /// for ever after an idempotent epoch bump); without this every later record would
+    /// fail. What it held is retried by its owners: fires stay in flight in Redis, results
+    /// are re-sent by the answer stage. Call after a failed delivery; cheap otherwise.
+    pub fn heal(&self, e: &SinkError) {
+        use rdkafka::producer::Producer;
+        let fenced = matches!(e, SinkError::Kafka(k) if matches!(
+            k.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch)
+        ));
+        let mut current = self.producer.write().unwrap_or_else(|e| e.into_inner());
+        let (code, reason) = match current.client().fatal_error() {
+            Some(f) => f,
+            None if fenced => (RDKafkaErrorCode::ProducerFenced, e.to_string()),
+            None => return,
+        };
+        let mut last = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
+            return;
+        }
+        *last = Some(std::time::Instant::now());
+        match self.cfg.create::<FutureProducer>() {
+            Ok(fresh) => {
+                tracing::error!(?code, %reason, "the producer failed for good; replaced by a new one");
+                let old = std::mem::replace(&mut *current, fresh);
+                // Destroying a producer may wait for its queue: not on a runtime thread.
+                std::thread::spawn(move || drop(old));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the producer failed for good and a new one could not be built")
+            }
+        }
     }
 
     /// Enqueues the record of `fire` (as `stamp` says) to its callback topic.
@@ -108,7 +158,7 @@ impl Sink {
             .key(record::key(fire))
             .payload(value.as_ref())
             .headers(record::fire_headers(fire, &id, stamp, &self.instance));
-        enqueue(&self.producer, rec).await
+        enqueue(&self.producer(), rec).await
     }
 
     /// Enqueues the record of `fire` to the dead-letter topic instead, with `reason` and
@@ -131,14 +181,14 @@ impl Sink {
             .key(record::key(fire))
             .payload(value.as_ref())
             .headers(h);
-        match enqueue(&self.producer, rec).await {
+        match enqueue(&self.producer(), rec).await {
             Err(SinkError::Kafka(KafkaError::MessageProduction(
                 RDKafkaErrorCode::MessageSizeTooLarge,
             ))) => {
                 let rec = FutureRecord::<[u8], [u8]>::to(&self.topics.dead_letter)
                     .key(fire.timer_id.as_bytes())
                     .headers(record::identity_headers(fire, &id, reason, origin));
-                enqueue(&self.producer, rec).await
+                enqueue(&self.producer(), rec).await
             }
             other => other,
         }
@@ -176,7 +226,7 @@ impl Sink {
         if let Some(k) = key {
             rec = rec.key(k);
         }
-        enqueue(&self.producer, rec).await
+        enqueue(&self.producer(), rec).await
     }
 
     /// Enqueues a copy of an undecodable command on the dead-letter topic, with the reason.
@@ -196,7 +246,7 @@ impl Sink {
         if let Some(k) = key {
             rec = rec.key(k);
         }
-        enqueue(&self.producer, rec).await
+        enqueue(&self.producer(), rec).await
     }
 
     /// Enqueues a command again, to partition `partition` of `topic` (its key's), marked
@@ -217,13 +267,13 @@ impl Sink {
         if let Some(k) = key {
             rec = rec.key(k);
         }
-        enqueue(&self.producer, rec).await
+        enqueue(&self.producer(), rec).await
     }
 
     /// Waits for all enqueued records to be acknowledged, up to `timeout`.
     pub fn flush(&self, timeout: Duration) {
         use rdkafka::producer::Producer;
-        if let Err(e) = self.producer.flush(timeout) {
+        if let Err(e) = self.producer().flush(timeout) {
             tracing::warn!(error = %e, "producer flush incomplete");
         }
     }

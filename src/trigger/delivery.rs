@@ -77,6 +77,7 @@ impl Trigger {
     /// A delivery failed: retry later with backoff, or route the fire to the dead-letter
     /// topic now (see [`next`]).
     pub(super) fn failed(&mut self, mut pending: Pending, e: SinkError) {
+        self.sink.heal(&e);
         let p = self.partition;
         let now = self.clock.now_ms();
         let retryable = e.is_retryable();
