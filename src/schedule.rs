@@ -134,11 +134,14 @@ impl CronSpec {
 impl Compiled {
     /// Occurrences strictly after `after_ms` and at or before `until_ms`, at most `cap`.
     pub fn occurrences(&self, after_ms: i64, until_ms: i64, cap: usize) -> Occurrences {
+        // Within [0, MAX_INSTANT_MS], so the hour arithmetic below stays in chrono's range.
+        let bound = crate::timer::MAX_INSTANT_MS;
         let lower = after_ms
             .saturating_add(1)
-            .max(self.start_ms.unwrap_or(i64::MIN));
-        let upper = until_ms.min(self.end_ms.unwrap_or(i64::MAX));
-        let beyond_end = self.end_ms.is_some_and(|e| e <= until_ms);
+            .max(self.start_ms.unwrap_or(0))
+            .max(0);
+        let upper = until_ms.min(self.end_ms.unwrap_or(i64::MAX)).min(bound);
+        let beyond_end = self.end_ms.is_some_and(|e| e <= until_ms) || until_ms >= bound;
         let empty = |exhausted| Occurrences {
             dues: vec![],
             covered_ms: until_ms.max(after_ms),
@@ -210,14 +213,17 @@ impl Compiled {
         cfg: &PlanConfig,
     ) -> Occurrences {
         let until = now_ms.saturating_add(cfg.window_ms);
-        let missed_before = now_ms - cfg.misfire_threshold_ms;
+        // Saturating: `now_ms` is the clock in the service, but any i64 must plan.
+        let before_missed = now_ms
+            .saturating_sub(cfg.misfire_threshold_ms)
+            .saturating_sub(1);
         let cap = cfg.max_per_pass.max(1);
         match policy {
             MisfirePolicy::FireAll => self.occurrences(after_ms, until, cap),
-            MisfirePolicy::Skip => self.occurrences(after_ms.max(missed_before - 1), until, cap),
+            MisfirePolicy::Skip => self.occurrences(after_ms.max(before_missed), until, cap),
             MisfirePolicy::FireOnce => {
-                let first = self.occurrences(after_ms, missed_before - 1, 1);
-                let mut rest = self.occurrences(after_ms.max(missed_before - 1), until, cap);
+                let first = self.occurrences(after_ms, before_missed, 1);
+                let mut rest = self.occurrences(after_ms.max(before_missed), until, cap);
                 if let Some(&d) = first.dues.first() {
                     rest.dues.insert(0, d);
                     rest.dues.truncate(cap);

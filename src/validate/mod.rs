@@ -165,7 +165,7 @@ fn schedule_of(
             return Err("cron, time_zone, start_ms, end_ms, max_fires and misfire apply to cron timers; a one-shot timer always fires, late if it must".into());
         }
         let due_ms = due_of(cmd, record_ts_ms)?;
-        if due_ms - now_ms > limits.max_horizon_ms {
+        if due_ms.saturating_sub(now_ms) > limits.max_horizon_ms {
             return Err(format!(
                 "due time {due_ms} is more than {} days ahead",
                 limits.max_horizon_ms / 86_400_000
@@ -198,7 +198,11 @@ fn schedule_of(
     }
     const CENTURY_MS: i64 = 100 * 366 * 86_400_000;
     let next_ms = first.dues.first().copied().or_else(|| {
-        let later = compiled.occurrences(first.covered_ms, first.covered_ms + CENTURY_MS, 1);
+        let later = compiled.occurrences(
+            first.covered_ms,
+            first.covered_ms.saturating_add(CENTURY_MS),
+            1,
+        );
         later.dues.first().copied()
     });
     Ok(Schedule::Cron {
