@@ -25,6 +25,9 @@ pub struct Metrics {
     pub redis_errors: IntCounterVec,
     /// Times Redis was found to have lost data and commands were replayed from Kafka.
     pub replays: IntCounter,
+    /// Times a partition's trigger or migrator had ended while the partition was held,
+    /// and both were restarted.
+    pub task_restarts: IntCounter,
 }
 
 impl Metrics {
@@ -75,8 +78,14 @@ impl Metrics {
             "Times Redis had lost data and commands were replayed from Kafka",
         )
         .expect("metric");
+        let task_restarts = IntCounter::new(
+            "task_restarts_total",
+            "Partition tasks (trigger, migrator) found ended while held, and restarted",
+        )
+        .expect("metric");
         for c in [
-            Box::new(replays.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(replays.clone()),
             Box::new(commands.clone()),
             Box::new(fires.clone()),
             Box::new(fire_lateness.clone()),
@@ -95,6 +104,7 @@ impl Metrics {
             in_flight,
             redis_errors,
             replays,
+            task_restarts,
         }
     }
 

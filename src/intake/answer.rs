@@ -96,13 +96,13 @@ pub(crate) async fn confirm(
                     r
                 }
             };
-            match retry.run(does_not_fit, resend).await {
+            match retry.run(SinkError::does_not_fit, resend).await {
                 Ok(()) => {}
                 Err(Stopped::Fatal(e)) => {
                     let small = minimal(&h.result, &e);
                     let send_small =
                         || async { confirmed(sink.send_result(None, &small).await).await };
-                    match retry.run(does_not_fit, send_small).await {
+                    match retry.run(SinkError::does_not_fit, send_small).await {
                         Ok(()) => {}
                         Err(Stopped::Fatal(e)) => {
                             metrics.commands.with_label_values(&["unanswerable"]).inc();
@@ -120,19 +120,6 @@ pub(crate) async fn confirm(
                 tracing::debug!(partition = p, error = %e, "offset not stored (partition gone)");
             }
         }
-    }
-}
-
-/// Whether the broker refused a record for what it is (too large, invalid): sending it
-/// again cannot succeed.
-fn does_not_fit(e: &SinkError) -> bool {
-    use rdkafka::error::RDKafkaErrorCode as C;
-    match e {
-        SinkError::Kafka(k) => matches!(
-            k.rdkafka_error_code(),
-            Some(C::MessageSizeTooLarge | C::InvalidRecord | C::InvalidMessageSize)
-        ),
-        _ => false,
     }
 }
 

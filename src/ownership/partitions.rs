@@ -224,11 +224,7 @@ impl Partitions {
                         partition = p,
                         "the trigger or migrator ended; restarting both"
                     );
-                    self.tasks
-                        .metrics
-                        .redis_errors
-                        .with_label_values(&["restart"])
-                        .inc();
+                    self.tasks.metrics.task_restarts.inc();
                     if !self.own(p).await {
                         return held;
                     }

@@ -24,7 +24,7 @@ use rdkafka::ClientConfig;
 use record::header;
 use std::borrow::Cow;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Errors of producing.
 #[derive(Debug, thiserror::Error)]
@@ -40,21 +40,52 @@ pub enum SinkError {
     Canceled,
 }
 
+impl SinkError {
+    fn code(&self) -> Option<RDKafkaErrorCode> {
+        match self {
+            SinkError::Kafka(e) => e.rdkafka_error_code(),
+            _ => None,
+        }
+    }
+
+    /// Whether the broker refused the record for what it is (too large, invalid): sending
+    /// it again cannot succeed.
+    pub fn does_not_fit(&self) -> bool {
+        use RDKafkaErrorCode as C;
+        matches!(
+            self.code(),
+            Some(C::MessageSizeTooLarge | C::InvalidRecord | C::InvalidMessageSize)
+        )
+    }
+
+    /// Whether the broker fenced the producer itself (every later record fails too).
+    fn producer_fenced(&self) -> bool {
+        use RDKafkaErrorCode as C;
+        matches!(
+            self.code(),
+            Some(C::ProducerFenced | C::InvalidProducerEpoch)
+        )
+    }
+}
+
 impl Retryable for SinkError {
     /// Most broker errors are transient from ktimer's point of view (leader moves,
-    /// timeouts, broker down); a record too large or a topic that does not exist is not.
+    /// timeouts, broker down); a record that does not fit or a topic that does not exist
+    /// is not.
     fn is_retryable(&self) -> bool {
+        use RDKafkaErrorCode as C;
         match self {
-            SinkError::Kafka(e) => !matches!(
-                e.rdkafka_error_code(),
-                Some(
-                    RDKafkaErrorCode::MessageSizeTooLarge
-                        | RDKafkaErrorCode::UnknownTopic
-                        | RDKafkaErrorCode::UnknownTopicOrPartition
-                        | RDKafkaErrorCode::TopicAuthorizationFailed
-                        | RDKafkaErrorCode::InvalidRecord
-                )
-            ),
+            SinkError::Kafka(_) => {
+                !self.does_not_fit()
+                    && !matches!(
+                        self.code(),
+                        Some(
+                            C::UnknownTopic
+                                | C::UnknownTopicOrPartition
+                                | C::TopicAuthorizationFailed
+                        )
+                    )
+            }
             SinkError::Codec(e) => e.is_retryable(),
             SinkError::Canceled => true,
         }
@@ -74,12 +105,10 @@ pub struct SinkTopics {
 
 /// The producer of everything ktimer writes to Kafka.
 pub struct Sink {
-    /// The producer; replaced when librdkafka declares it failed for good ([`Sink::heal`]).
-    producer: RwLock<FutureProducer>,
+    /// The producer, and when it last replaced a failed one ([`Sink::heal`]).
+    producer: RwLock<(FutureProducer, Option<Instant>)>,
     /// Its configuration, to build a replacement.
     cfg: ClientConfig,
-    /// When the producer was last replaced (at most one replacement per 5 s).
-    replaced: std::sync::Mutex<Option<std::time::Instant>>,
     instance: String,
     codec: Arc<Codec>,
     /// Topic names.
@@ -97,9 +126,8 @@ impl Sink {
             .or_else(|_| std::env::var("HOSTNAME"))
             .unwrap_or_else(|_| "localhost".into());
         Ok(Sink {
-            producer: RwLock::new(cfg.create()?),
+            producer: RwLock::new((cfg.create()?, None)),
             cfg: cfg.clone(),
-            replaced: Default::default(),
             instance: format!("{}/{}", host.trim(), std::process::id()),
             codec,
             topics,
@@ -111,6 +139,7 @@ impl Sink {
         self.producer
             .read()
             .unwrap_or_else(|e| e.into_inner())
+            .0
             .clone()
     }
 
@@ -121,25 +150,24 @@ impl Sink {
     /// are re-sent by the answer stage. Call after a failed delivery; cheap otherwise.
     pub fn heal(&self, e: &SinkError) {
         use rdkafka::producer::Producer;
-        let fenced = matches!(e, SinkError::Kafka(k) if matches!(
-            k.rdkafka_error_code(),
-            Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch)
-        ));
-        let mut current = self.producer.write().unwrap_or_else(|e| e.into_inner());
-        let (code, reason) = match current.client().fatal_error() {
-            Some(f) => f,
-            None if fenced => (RDKafkaErrorCode::ProducerFenced, e.to_string()),
+        let reason = match self.producer().client().fatal_error() {
+            Some((_, reason)) => reason,
+            None if e.producer_fenced() => e.to_string(),
             None => return,
         };
-        let mut last = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
+        let mut current = self.producer.write().unwrap_or_else(|e| e.into_inner());
+        // Failures of the old producer's records keep arriving: one replacement per 5 s.
+        if current
+            .1
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(5))
+        {
             return;
         }
-        *last = Some(std::time::Instant::now());
+        current.1 = Some(Instant::now());
         match self.cfg.create::<FutureProducer>() {
             Ok(fresh) => {
-                tracing::error!(?code, %reason, "the producer failed for good; replaced by a new one");
-                let old = std::mem::replace(&mut *current, fresh);
+                tracing::error!(%reason, "the producer failed for good; replaced by a new one");
+                let old = std::mem::replace(&mut current.0, fresh);
                 // Destroying a producer may wait for its queue: not on a runtime thread.
                 std::thread::spawn(move || drop(old));
             }

@@ -47,13 +47,6 @@ local function slice_remove(d, member)
   end
 end
 
--- No occurrence of the timer will fire any more.
-local function complete(tkey, id)
-  redis.call('HSET', tkey, 'st', 'completed')
-  redis.call('ZREM', KEYS[5], id)
-  redis.call('PEXPIRE', tkey, ARGV[2])
-end
-
 -- Whether a cron timer has fired as often as it may.
 local function fired_out(tkey)
   local t = redis.call('HMGET', tkey, 'n', 'mx')
@@ -82,7 +75,7 @@ local function install(tkey, a, id, off, live)
     redis.call('HDEL', tkey, 'mx')
   end
   if fired_out(tkey) then
-    complete(tkey, id)
+    complete(tkey, id, ARGV[2], KEYS[5])
     return
   end
   if not live then
@@ -190,7 +183,7 @@ local function apply_one(tkey, a)
   elseif op == 'resume' then
     redis.call('HSET', tkey, 'st', 'scheduled')
     if kind == 'c' and fired_out(tkey) then
-      complete(tkey, id)
+      complete(tkey, id, ARGV[2], KEYS[5])
       return 'accepted', 'the timer has fired max_fires times: completed'
     elseif kind == 'c' then
       -- Occurrences from the resume on; the migrator materialises them at once.

@@ -1,4 +1,4 @@
--- Misfire helpers, prepended to claim.lua and recover.lua (one source for both).
+-- Timer helpers, prepended to apply.lua, claim.lua and recover.lua (one source for all).
 -- `t` holds a timer's fields in this order: v, st, d, k, n, mx, mp, lf, fin, lfd.
 local TIMER_FIELDS = {'v', 'st', 'd', 'k', 'n', 'mx', 'mp', 'lf', 'fin', 'lfd'}
 

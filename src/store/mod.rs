@@ -94,7 +94,7 @@ struct Scripts {
 impl Scripts {
     fn new() -> Scripts {
         Scripts {
-            apply: Script::new(include_str!("apply.lua")),
+            apply: Script::new(&[MISFIRE, include_str!("apply.lua")].concat()),
             mark: Script::new(include_str!("mark.lua")),
             claim: Script::new(&[MISFIRE, include_str!("claim.lua")].concat()),
             ack: Script::new(include_str!("ack.lua")),

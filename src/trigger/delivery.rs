@@ -33,6 +33,20 @@ pub(super) fn next(
     Next::Retry(b.delay(attempt.max(1) as u32))
 }
 
+/// The acknowledgement of a fire delivered to the dead-letter topic: `!member\nreason`
+/// (see ack.lua).
+fn dead_letter_ack(member: &str, why: &str) -> String {
+    format!("!{member}\n{why}")
+}
+
+/// The in-flight member an acknowledgement names.
+pub(super) fn acked_member(ack: &str) -> &str {
+    match ack.strip_prefix('!') {
+        Some(rest) => rest.split('\n').next().unwrap_or_default(),
+        None => ack,
+    }
+}
+
 impl Trigger {
     /// Enqueues every ready fire whose due time has come (by the clock). The lease is
     /// checked before each fire (a clock read; a Redis call only once it ran out), so a
@@ -129,7 +143,7 @@ impl Trigger {
             (Ok(()), Some(why)) => {
                 self.m.dead_lettered.inc();
                 let why: String = why.chars().filter(|c| *c != '\n').take(500).collect();
-                self.acks.push(format!("!{}\n{why}", pending.fire.member));
+                self.acks.push(dead_letter_ack(&pending.fire.member, &why));
             }
             (Err(e), dead) => self.failed(Pending { dead, ..pending }, e),
         }
@@ -161,5 +175,14 @@ mod tests {
         );
         // On its way to the dead-letter topic: retried whatever the error, capped delay.
         assert_eq!(ms(next(30, true, false, 10, b)), 30_000);
+    }
+
+    #[test]
+    fn an_acknowledgement_names_its_member() {
+        assert_eq!(acked_member("1:5:t"), "1:5:t");
+        assert_eq!(
+            acked_member(&dead_letter_ack("1:5:t", "too large")),
+            "1:5:t"
+        );
     }
 }

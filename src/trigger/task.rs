@@ -236,12 +236,7 @@ impl Trigger {
             .await?;
         self.lease.confirm(issued);
         for a in self.acks.drain(..) {
-            // A dead-lettered fire is acknowledged as `!member\nreason`.
-            let member = match a.strip_prefix('!') {
-                Some(rest) => rest.split('\n').next().unwrap_or_default(),
-                None => &a,
-            };
-            self.held.remove(member);
+            self.held.remove(super::delivery::acked_member(&a));
         }
         self.in_flight_gauge();
         Ok(())
