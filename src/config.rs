@@ -67,6 +67,10 @@ pub struct KafkaArgs {
         default_value = "ktimer.dead-letter"
     )]
     pub dead_letter_topic: String,
+    /// Compacted topic of timer states and checkpoints, partitioned like the commands
+    /// topic: Redis is rebuilt from it (README: delivery guarantee).
+    #[arg(long, env = "KTIMER_STATE_TOPIC", default_value = "ktimer.state")]
+    pub state_topic: String,
     /// Confluent schema registry URL; without it Avro uses single-object encoding.
     #[arg(long, env = "KTIMER_SCHEMA_REGISTRY_URL")]
     pub schema_registry_url: Option<String>,
@@ -142,6 +146,11 @@ pub struct RunArgs {
     /// deliveries, commit offsets, leave the group) before the process exits anyway.
     #[arg(long, env = "KTIMER_SHUTDOWN_TIMEOUT_MS", default_value_t = 15_000)]
     pub shutdown_timeout_ms: u64,
+    /// How often each partition's changed timers and fire watermark are checkpointed to
+    /// the state topic; fires acknowledged within one interval before Redis loses data
+    /// fire again after the rebuild.
+    #[arg(long, env = "KTIMER_CHECKPOINT_INTERVAL_MS", default_value_t = 1_000)]
+    pub checkpoint_interval_ms: u64,
     /// Cron occurrences are materialised into Redis this far ahead (ms).
     #[arg(long, env = "KTIMER_CRON_WINDOW_MS", default_value_t = 3_600_000)]
     pub cron_window_ms: i64,

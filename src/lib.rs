@@ -71,6 +71,7 @@ pub mod schedule;
 pub mod service;
 pub mod shutdown;
 pub mod sink;
+pub mod state;
 pub mod status;
 pub mod store;
 pub mod timer;

@@ -51,6 +51,7 @@ async fn apply_topics(args: TopicsApplyArgs) -> anyhow::Result<()> {
             "results" => s.name = k.results_topic.clone(),
             "fired" => s.name = k.fired_topic.clone(),
             "dead_letter" => s.name = k.dead_letter_topic.clone(),
+            "state" => s.name = k.state_topic.clone(),
             _ => {}
         }
         if let Some(p) = args.partitions {

@@ -10,10 +10,11 @@ use crate::intake::Intake;
 use crate::kafka;
 use crate::metrics::Metrics;
 use crate::migrator::MigratorConfig;
-use crate::ownership::{self, partitions::Tasks, IntakeContext, Partitions};
+use crate::ownership::{self, IntakeContext, Partitions, Tasks};
 use crate::retry::Retry;
 use crate::shutdown::CancellationToken;
 use crate::sink::{Sink, SinkTopics};
+use crate::state::checkpoint::CheckpointConfig;
 use crate::status::{Status, StatusTx};
 use crate::store::Store;
 use crate::topics;
@@ -46,6 +47,7 @@ pub async fn run(
         fired: k.fired_topic.clone(),
         results: k.results_topic.clone(),
         dead_letter: k.dead_letter_topic.clone(),
+        state: k.state_topic.clone(),
     };
     let sink = Arc::new(Sink::new(&kafka::producer(k), codec.clone(), topics)?);
     let (consumer, events, partitions) = commands_consumer(&args, &store)?;
@@ -70,6 +72,16 @@ pub async fn run(
             plan: (&args).into(),
             clock: Clock::System,
         },
+        checkpoint: CheckpointConfig {
+            interval: Duration::from_millis(args.checkpoint_interval_ms),
+            page: 5_000,
+            in_flight: 1_000,
+            clock: Clock::System,
+        },
+        state: (
+            k.state_topic.clone(),
+            kafka::reader(k, &format!("{}-rebuild", args.group_id)),
+        ),
         token: token.clone(),
         status,
     };

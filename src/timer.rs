@@ -264,3 +264,30 @@ mod tests {
         assert_eq!(Applied::fenced().outcome, ApplyOutcome::Fenced);
     }
 }
+
+/// A timer's fields as Redis holds them (names in [`crate::store::keys::field`]); the
+/// value of its record in the state topic (`schemas/timer_state.avsc`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TimerFields {
+    /// Field name to value, as in the timer's hash.
+    pub fields: std::collections::BTreeMap<String, serde_bytes::ByteBuf>,
+}
+
+/// A partition's checkpoint in the state topic (`schemas/checkpoint.avsc`): every timer
+/// record before it reflects the commands up to `commands_offset`, and every fire due at
+/// or before `acked_through_ms` was acknowledged except those `in_flight`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Checkpoint {
+    /// Grows by one per checkpoint of the partition; Redis keeps the last confirmed one.
+    pub sequence: i64,
+    /// The owner's epoch when it was written.
+    pub epoch: i64,
+    /// Highest commands-topic offset reflected; -1 for none.
+    pub commands_offset: i64,
+    /// Every fire due at or before this instant was acknowledged, except `in_flight`.
+    pub acked_through_ms: i64,
+    /// Fire members (`version:due:id`) claimed and not acknowledged.
+    pub in_flight: Vec<String>,
+    /// When it was written, Unix ms.
+    pub written_at_ms: i64,
+}

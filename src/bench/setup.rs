@@ -69,6 +69,7 @@ impl Env {
             kafka.results_topic = format!("{base}.results");
             kafka.fired_topic = format!("{base}.fired");
             kafka.dead_letter_topic = format!("{base}.dead-letter");
+            kafka.state_topic = format!("{base}.state");
         }
         let callback = format!("{base}.callback");
         let (pipe_in, pipe_out) = (format!("{base}.pipe-in"), format!("{base}.pipe-out"));
@@ -79,6 +80,7 @@ impl Env {
                 kafka.results_topic.clone(),
                 kafka.fired_topic.clone(),
                 kafka.dead_letter_topic.clone(),
+                kafka.state_topic.clone(),
             ]);
         }
         let specs: Vec<TopicSpec> = names
@@ -133,6 +135,8 @@ impl Env {
             &k.fired_topic,
             "--dead-letter-topic",
             &k.dead_letter_topic,
+            "--state-topic",
+            &k.state_topic,
             "--redis-url",
             &args.redis_url,
             "--redis-prefix",

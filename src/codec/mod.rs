@@ -10,6 +10,10 @@
 //! Anything else is rejected with a reason. Results and fired envelopes are written in
 //! the Confluent format when a registry is configured, as single objects otherwise.
 
+mod state;
+
+pub use state::{decode_checkpoint, decode_timer_state, encode_checkpoint, encode_timer_state};
+
 use crate::command::{CommandResult, FiredEvent, TimerCommand};
 use crate::timer::TimerDef;
 use apache_avro::reader::datum::GenericDatumReader;
@@ -172,6 +176,8 @@ struct Schemas {
     result: Built,
     fired: Built,
     stored: Built,
+    timer_state: Built,
+    checkpoint: Built,
 }
 
 /// The most a decoded value may claim to hold: a length prefix above it is an error
@@ -185,6 +191,8 @@ static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
         result: Built::new(include_str!("../../schemas/command_result.avsc")),
         fired: Built::new(include_str!("../../schemas/fired_event.avsc")),
         stored: Built::new(include_str!("../../schemas/stored_timer.avsc")),
+        timer_state: Built::new(include_str!("../../schemas/timer_state.avsc")),
+        checkpoint: Built::new(include_str!("../../schemas/checkpoint.avsc")),
     }
 });
 

@@ -4,7 +4,7 @@
 use super::prepare::Prepared;
 use super::{Handled, Intake};
 use crate::command::CommandResult;
-use crate::ownership::Owned;
+use crate::ownership::Running;
 use crate::retry::Retry;
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op};
 use rdkafka::Offset;
@@ -31,18 +31,20 @@ impl Intake {
                 fenced.push(req.partition);
                 continue;
             }
-            if let (Some(o), ApplyOutcome::Accepted) =
-                (self.partitions.get(req.partition), a.outcome)
-            {
-                wake(o, req, &a);
+            let running = self
+                .partitions
+                .get(req.partition)
+                .and_then(|o| o.tasks.as_ref());
+            if let (Some(r), ApplyOutcome::Accepted) = (running, a.outcome) {
+                wake(r, req, &a);
             }
             fill(&mut handled[slot].result, a);
         }
         fenced.sort_unstable();
         fenced.dedup();
-        for &(p, _, off) in &marks {
-            if !fenced.contains(&p) {
-                self.partitions.handled(p, off);
+        for m in &marks {
+            if !fenced.contains(&m.partition) {
+                self.partitions.handled(m.partition, m.offset);
             }
         }
         if !fenced.is_empty() {
@@ -73,7 +75,7 @@ impl Intake {
 }
 
 /// Tells the partition's trigger (and migrator) about an accepted command.
-fn wake(o: &Owned, req: &ApplyRequest, a: &Applied) {
+fn wake(o: &Running, req: &ApplyRequest, a: &Applied) {
     match &req.op {
         Op::Create { schedule, .. } => {
             if let Some(d) = schedule.first_due() {

@@ -35,10 +35,10 @@ impl Intake {
             marks: Vec::new(),
         };
         for m in msgs {
-            let Some(epoch) = self.partitions.live(m.partition()) else {
+            let Some((epoch, floor)) = self.partitions.live(m.partition()) else {
                 continue;
             };
-            mark(&mut out.marks, m.partition(), epoch, m.offset());
+            mark(&mut out.marks, m.partition(), (epoch, floor), m.offset());
             let mut h = unanswered(m, now);
             let payload = m.payload().unwrap_or_default();
             let cmd = match self.decode(payload).await? {
@@ -151,11 +151,17 @@ impl Intake {
     }
 }
 
-/// Raises the mark of partition `p` (held at `epoch`) to `offset`.
-fn mark(marks: &mut Vec<Mark>, p: i32, epoch: i64, offset: i64) {
-    match marks.iter_mut().find(|m| m.0 == p) {
-        Some(m) => m.2 = m.2.max(offset),
-        None => marks.push((p, epoch, offset)),
+/// Raises the mark of partition `p` (held at `epoch`, applied up to `floor` before) to
+/// `offset`.
+fn mark(marks: &mut Vec<Mark>, partition: i32, (epoch, floor): (i64, i64), offset: i64) {
+    match marks.iter_mut().find(|m| m.partition == partition) {
+        Some(m) => m.offset = m.offset.max(offset),
+        None => marks.push(Mark {
+            partition,
+            epoch,
+            offset,
+            floor,
+        }),
     }
 }
 

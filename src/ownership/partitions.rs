@@ -1,23 +1,19 @@
-//! The partitions this instance owns, each with its epoch, trigger and migrator: taking
-//! them on assignment, dropping them on revocation, the periodic check against Redis, and
-//! seeking back to replay what Redis lost.
+//! The partitions this instance owns, each with its epoch and tasks: taking them on
+//! assignment (rebuilding Redis from the state topic when it has nothing of them),
+//! dropping them on revocation, the periodic check against Redis, and replaying what
+//! Redis lost before the partition fires again.
 
+use super::tasks::{Running, Tasks};
 use super::{verdict, IntakeContext, RebalanceEvent, Verdict};
-use crate::metrics::Metrics;
-use crate::migrator::{self, MigratorConfig, MigratorHandle};
 use crate::retry::Retry;
-use crate::shutdown::CancellationToken;
-use crate::sink::Sink;
-use crate::status::StatusTx;
-use crate::store::Store;
-use crate::trigger::{self, TriggerConfig, TriggerHandle};
+use crate::state::rebuild::rebuild;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::Offset;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A partition this instance owns: its epoch, trigger and migrator.
+/// A partition this instance owns.
 pub struct Owned {
     /// The epoch this instance holds.
     epoch: i64,
@@ -26,43 +22,31 @@ pub struct Owned {
     /// A seek back that librdkafka refused so far; records of the partition are skipped
     /// (not applied, not answered, offsets not stored) until it succeeds.
     seek: Option<Offset>,
-    /// The partition's trigger.
-    pub trigger: TriggerHandle,
-    /// The partition's migrator.
-    pub migrator: MigratorHandle,
+    /// The trigger, migrator and checkpoint task; `None` while commands Redis lost are
+    /// replayed (nothing fires before they are applied again).
+    pub tasks: Option<Running>,
+    /// The tasks start once the commands up to this offset are applied again.
+    hold_until: Option<i64>,
+    /// The last checkpoint sequence confirmed (before the tasks run).
+    sequence: i64,
 }
 
 impl Owned {
-    /// Whether the trigger's or the migrator's task ended while the partition is owned.
     fn ended(&self) -> bool {
-        self.trigger.is_finished() || self.migrator.is_finished()
+        self.tasks.as_ref().is_some_and(Running::ended)
+    }
+
+    fn sequence(&self) -> i64 {
+        self.tasks
+            .as_ref()
+            .map_or(self.sequence, |r| r.checkpoint.sequence())
     }
 
     async fn stop(self) {
-        self.migrator.stop().await;
-        self.trigger.stop().await;
+        if let Some(r) = self.tasks {
+            r.stop().await;
+        }
     }
-}
-
-/// What taking a partition needs.
-pub struct Tasks {
-    /// Redis.
-    pub store: Store,
-    /// Redis for the triggers: their own connection, so a large intake pipeline never
-    /// delays a claim.
-    pub trigger_store: Store,
-    /// The producer.
-    pub sink: Arc<Sink>,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
-    /// Trigger tuning.
-    pub trigger: TriggerConfig,
-    /// Migrator tuning.
-    pub migrator: MigratorConfig,
-    /// Shutdown; every task gets a child.
-    pub token: CancellationToken,
-    /// Where the owned partitions are published.
-    pub status: StatusTx,
 }
 
 /// The owned partitions of the commands topic.
@@ -93,18 +77,35 @@ impl Partitions {
         self.owned.get(&p)
     }
 
-    /// The epoch of `p` if its records are to be handled now (owned, no seek pending).
-    pub fn live(&self, p: i32) -> Option<i64> {
+    /// The epoch of `p` and the highest offset applied since this instance owns it (-1
+    /// for none), if its records are to be handled now (owned, no seek pending).
+    pub fn live(&self, p: i32) -> Option<(i64, i64)> {
         self.owned
             .get(&p)
             .filter(|o| o.seek.is_none())
-            .map(|o| o.epoch)
+            .map(|o| (o.epoch, o.handled.unwrap_or(-1)))
     }
 
-    /// Records that offsets up to `offset` of `p` were handled.
+    /// Records that offsets up to `offset` of `p` were handled; starts the partition's
+    /// tasks once a replay reached its target.
     pub fn handled(&mut self, p: i32, offset: i64) {
         if let Some(o) = self.owned.get_mut(&p) {
             o.handled = Some(offset);
+            if o.hold_until.is_some_and(|h| offset >= h) {
+                self.release(p);
+            }
+        }
+    }
+
+    /// Starts the tasks of `p` (its replay is complete).
+    fn release(&mut self, p: i32) {
+        let Some(o) = self.owned.get_mut(&p) else {
+            return;
+        };
+        o.hold_until = None;
+        if o.tasks.is_none() {
+            tracing::info!(partition = p, handled = ?o.handled, "replay complete: firing again");
+            o.tasks = Some(self.tasks.start(p, o.epoch, o.sequence));
         }
     }
 
@@ -118,7 +119,7 @@ impl Partitions {
         match ev {
             RebalanceEvent::Assigned(ps) => {
                 for p in ps {
-                    if !self.own(p).await {
+                    if !self.own(p, false).await {
                         return false;
                     }
                 }
@@ -137,50 +138,86 @@ impl Partitions {
         true
     }
 
-    /// Takes partition `p`: a new epoch, a trigger and a migrator (replacing old ones).
-    /// `false` only on shutdown.
-    async fn own(&mut self, p: i32) -> bool {
+    /// Takes partition `p` with a new epoch. If Redis has nothing of it (or `stale`: what
+    /// it has is older than the last checkpoint), the partition is rebuilt from the state
+    /// topic and its tasks wait for the replay of the commands after the checkpoint;
+    /// otherwise they start now. `false` only on shutdown.
+    async fn own(&mut self, p: i32, stale: bool) -> bool {
         if let Some(old) = self.owned.remove(&p) {
             old.stop().await;
         }
         let t = &self.tasks;
         let clock = t.trigger.clock;
-        let retry = Retry::new("acquire", &t.token)
-            .partition(p)
-            .counting(t.metrics.redis_errors.with_label_values(&["acquire"]));
-        let Some(epoch) = retry.forever(|| t.store.acquire(p, clock.now_ms())).await else {
+        let retry = |what| {
+            Retry::new(what, &t.token)
+                .partition(p)
+                .counting(t.metrics.redis_errors.with_label_values(&[what]))
+        };
+        let Some(before) = retry("acquire")
+            .forever(|| t.store.partition_state(p))
+            .await
+        else {
             return false;
         };
-        let (store, token) = (t.store.clone(), &t.token);
-        let trigger = trigger::spawn(
-            p,
-            epoch,
-            t.trigger_store.clone(),
-            t.sink.clone(),
-            &t.metrics,
-            t.trigger.clone(),
-            token.child_token(),
-        );
-        let wake = trigger.wake.clone();
-        let on_due = Box::new(move |due| wake.due(due));
-        let migrator = migrator::spawn(
-            p,
-            epoch,
-            store,
-            t.migrator,
-            on_due,
-            &t.metrics,
-            token.child_token(),
-        );
-        let o = Owned {
+        let Some(epoch) = retry("acquire")
+            .forever(|| t.store.acquire(p, clock.now_ms()))
+            .await
+        else {
+            return false;
+        };
+        let mut o = Owned {
             epoch,
             handled: None,
             seek: None,
-            trigger,
-            migrator,
+            tasks: None,
+            hold_until: None,
+            sequence: before.checkpoint.unwrap_or(0),
         };
+        if before.epoch.is_some() && !stale {
+            o.tasks = Some(t.start(p, epoch, o.sequence));
+            self.owned.insert(p, o);
+            return true;
+        }
+        let (topic, reader) = &t.state;
+        let wipe = before.epoch.is_some();
+        let rebuilt = retry("rebuild")
+            .forever(|| rebuild(p, epoch, &t.store, reader, topic, wipe))
+            .await;
+        let Some(r) = rebuilt else {
+            return false;
+        };
+        tracing::warn!(
+            partition = p,
+            timers = r.timers,
+            records = r.records,
+            replay_from = r.replay_from,
+            elapsed_ms = r.elapsed.as_millis() as u64,
+            "redis rebuilt from the state topic; replaying the commands after its checkpoint"
+        );
+        t.metrics.replays.inc();
+        o.sequence = r.sequence;
+        o.hold_until = self.end_of(p).filter(|&last| last >= r.replay_from);
+        let hold = o.hold_until.is_some();
         self.owned.insert(p, o);
+        self.seek(p, Offset::Offset(r.replay_from));
+        if !hold {
+            self.release(p);
+        }
         true
+    }
+
+    /// The last offset of partition `p` of the commands topic, if it has records.
+    fn end_of(&self, p: i32) -> Option<i64> {
+        match self
+            .consumer
+            .fetch_watermarks(&self.topic, p, Duration::from_secs(5))
+        {
+            Ok((_, high)) => (high > 0).then_some(high - 1),
+            Err(e) => {
+                tracing::warn!(partition = p, error = %e, "end of the commands partition unknown");
+                None
+            }
+        }
     }
 
     /// Publishes the owned partitions (metrics, status).
@@ -196,8 +233,9 @@ impl Partitions {
     }
 
     /// Checks that Redis still holds what this instance wrote for `parts`: drops the
-    /// partitions another instance took, and replays from Kafka where Redis lost data.
-    /// Returns the partitions found as this instance left them.
+    /// partitions another instance took, replays from Kafka what Redis lost, rebuilds
+    /// what it lost entirely, restarts tasks that ended. Returns the partitions found as
+    /// this instance left them.
     pub async fn check(&mut self, parts: &[i32]) -> Vec<i32> {
         let mut changed = false;
         let mut held = Vec::new();
@@ -209,7 +247,13 @@ impl Partitions {
                 self.seek(p, to);
                 continue;
             }
-            let (epoch, handled) = (o.epoch, o.handled);
+            if o.hold_until.is_some() && self.caught_up(p) {
+                self.release(p);
+            }
+            let Some(o) = self.owned.get(&p) else {
+                continue;
+            };
+            let (epoch, handled, sequence) = (o.epoch, o.handled, o.sequence());
             let state = match self.tasks.store.partition_state(p).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -217,15 +261,12 @@ impl Partitions {
                     continue;
                 }
             };
-            match verdict(epoch, handled, state) {
+            match verdict(epoch, handled, sequence, state) {
                 Verdict::Held if o.ended() && !self.tasks.token.is_cancelled() => {
                     // Only a fence ends them otherwise; Redis says the epoch is still ours.
-                    tracing::error!(
-                        partition = p,
-                        "the trigger or migrator ended; restarting both"
-                    );
+                    tracing::error!(partition = p, "a partition task ended; restarting them");
                     self.tasks.metrics.task_restarts.inc();
-                    if !self.own(p).await {
+                    if !self.own(p, false).await {
                         return held;
                     }
                     changed = true;
@@ -240,18 +281,17 @@ impl Partitions {
                 }
                 Verdict::Behind(to) => {
                     tracing::warn!(partition = p, ?handled, redis = ?state.applied,
-                        "redis lost commands it had applied: replaying them");
+                        "redis lost commands it had applied: replaying them before firing again");
                     self.tasks.metrics.replays.inc();
+                    self.hold(p, handled).await;
                     self.seek(p, to);
                 }
-                Verdict::Lost(to) => {
-                    tracing::warn!(partition = p, ?state,
-                        "redis lost the partition (emptied or restored): new epoch, replaying commands");
-                    self.tasks.metrics.replays.inc();
-                    if !self.own(p).await {
+                Verdict::Lost => {
+                    tracing::warn!(partition = p, ?state, sequence,
+                        "redis lost the partition (emptied, or back from older data): rebuilding it");
+                    if !self.own(p, true).await {
                         return held;
                     }
-                    self.seek(p, to);
                     changed = true;
                 }
             }
@@ -260,6 +300,34 @@ impl Partitions {
             self.publish();
         }
         held
+    }
+
+    /// Stops the tasks of `p` until the commands up to `until` are applied again.
+    async fn hold(&mut self, p: i32, until: Option<i64>) {
+        let Some(o) = self.owned.get_mut(&p) else {
+            return;
+        };
+        if let Some(r) = o.tasks.take() {
+            o.sequence = r.checkpoint.sequence();
+            r.stop().await;
+        }
+        o.hold_until = until;
+        if until.is_none() {
+            self.release(p);
+        }
+    }
+
+    /// Whether the consumer of `p` read past the offset its tasks wait for.
+    fn caught_up(&self, p: i32) -> bool {
+        let Some(until) = self.owned.get(&p).and_then(|o| o.hold_until) else {
+            return true;
+        };
+        let pos = self
+            .consumer
+            .position()
+            .ok()
+            .and_then(|tpl| tpl.find_partition(&self.topic, p).map(|e| e.offset()));
+        matches!(pos, Some(Offset::Offset(n)) if n > until)
     }
 
     /// Moves the consumer of `p` back to `to`; if librdkafka refuses for now, records of
@@ -286,7 +354,7 @@ impl Partitions {
         }
     }
 
-    /// Stops every trigger and migrator (shutdown).
+    /// Stops every partition's tasks (shutdown).
     pub async fn stop_all(&mut self) {
         for (_, o) in self.owned.drain() {
             o.stop().await;

@@ -101,6 +101,8 @@ pub struct SinkTopics {
     pub results: String,
     /// Undecodable commands and undeliverable fires.
     pub dead_letter: String,
+    /// Timer states and checkpoints (compacted; partitioned like the commands topic).
+    pub state: String,
 }
 
 /// The producer of everything ktimer writes to Kafka.
@@ -294,6 +296,23 @@ impl Sink {
             .headers(h);
         if let Some(k) = key {
             rec = rec.key(k);
+        }
+        enqueue(&self.producer(), rec).await
+    }
+
+    /// Enqueues a record of the state topic to `partition` (the commands partition it
+    /// mirrors): a timer's state, or its tombstone when `value` is `None`.
+    pub async fn send_state(
+        &self,
+        partition: i32,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<DeliveryFuture, SinkError> {
+        let mut rec = FutureRecord::<[u8], [u8]>::to(&self.topics.state)
+            .partition(partition)
+            .key(key);
+        if let Some(v) = value {
+            rec = rec.payload(v);
         }
         enqueue(&self.producer(), rec).await
     }

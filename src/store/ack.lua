@@ -4,8 +4,9 @@
 -- expires). A member written `!member\nreason` went to the dead-letter topic instead of
 -- its callback topic after its delivery attempts ran out: a one-shot timer becomes
 -- dead_lettered; a cron timer counts it (`dl`, last one's due `dlr`, reason `dlx`) and
--- goes on.
--- KEYS: 1 epoch, 2 in-flight set, 3 cron index
+-- goes on. Every timer whose fields change is added to the dirty set (the next checkpoint
+-- writes its state, or its tombstone).
+-- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 retention ms, 4.. members
 -- Returns the number of members removed, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -29,6 +30,7 @@ for i = 4, #ARGV do
   local tkey = ARGV[2] .. id
   local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'n', 'mx', 'fin')
   if t[1] == string.sub(member, 1, c1 - 1) and t[2] == 'scheduled' then
+    redis.call('SADD', KEYS[4], id)
     if reason then
       redis.call('HINCRBY', tkey, 'dl', 1)
       redis.call('HSET', tkey, 'dlr', due, 'dlx', reason)

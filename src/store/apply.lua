@@ -1,8 +1,11 @@
 -- Applies a batch of timer commands of one partition, in order, atomically and
 -- idempotently (one call per batch: the per-call cost of a script dominates a command's).
 -- KEYS: 1 epoch, 2 applied offset, 3 slice index, 4 in-flight set, 5 cron index,
---       5+i timer hash of the i-th command
--- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, then per command a group:
+--       6 dirty set (timers changed since the last checkpoint), 6+i timer hash of the
+--       i-th command
+-- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
+--       Redis must hold at least (what this owner applied before; -1 unknown), then per
+--       command a group:
 --       +0 command offset, +1 op (create | update | pause | resume | cancel), +2 timer id,
 --       +3 request id, +4 kind (o one-shot | c cron), +5 due ms (one-shot due, or first
 --       cron occurrence), +6 stored definition ('' keeps the current one on update),
@@ -10,7 +13,7 @@
 --       +10 materialised through ms, +11 next materialisation ms ('' when the schedule is
 --       exhausted), +12 origin ms (resume), +13 application, +14 number of cron
 --       occurrences that follow, +15.. the occurrences to materialise
--- Returns {'fenced'}, or per command {code, version, state, due, reason} flattened; code
+-- Returns {'fenced'} (also when Redis is behind ARGV[4]: it lost writes), or per command {code, version, state, due, reason} flattened; code
 -- is accepted | duplicate | rejected.
 -- Invariants:
 -- * the version of a timer is the offset of the last command that changed it, so every
@@ -25,8 +28,13 @@
 -- * a slice index entry names a minute whose slice has members: a command that empties a
 --   slice removes its entry (claim.lua only looks a bounded way past empty ones);
 -- * a cron timer whose fires reached its maximum (through an update or a resume) is
---   completed, never left scheduled with nothing to fire.
+--   completed, never left scheduled with nothing to fire;
+-- * every timer an accepted command changed is in the dirty set, so the next checkpoint
+--   writes its state to the state topic.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {'fenced'}
+end
+if tonumber(redis.call('GET', KEYS[2]) or '-1') < tonumber(ARGV[4]) then
   return {'fenced'}
 end
 local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1}
@@ -75,7 +83,7 @@ local function install(tkey, a, id, off, live)
     redis.call('HDEL', tkey, 'mx')
   end
   if fired_out(tkey) then
-    complete(tkey, id, ARGV[2], KEYS[5])
+    complete(tkey, id, ARGV[2], KEYS[5], KEYS[6])
     return
   end
   if not live then
@@ -131,7 +139,12 @@ local function apply_one(tkey, a)
       return 'rejected', 'a timer with this id is ' .. st .. '; update or cancel it first'
     end
     if v then
+      -- A timer whose state was written keeps owing its record (field p).
+      local persisted = redis.call('HGET', tkey, 'p')
       redis.call('DEL', tkey)
+      if persisted then
+        redis.call('HSET', tkey, 'p', persisted)
+      end
     end
     local due_arg = ARGV[a + 5]
     if ARGV[a + 4] == 'o' then
@@ -183,7 +196,7 @@ local function apply_one(tkey, a)
   elseif op == 'resume' then
     redis.call('HSET', tkey, 'st', 'scheduled')
     if kind == 'c' and fired_out(tkey) then
-      complete(tkey, id, ARGV[2], KEYS[5])
+      complete(tkey, id, ARGV[2], KEYS[5], KEYS[6])
       return 'accepted', 'the timer has fired max_fires times: completed'
     elseif kind == 'c' then
       -- Occurrences from the resume on; the migrator materialises them at once.
@@ -201,11 +214,14 @@ local function apply_one(tkey, a)
   return 'accepted', ''
 end
 
-local a = 4
-local i = 6
+local a = 5
+local i = 7
 while a <= #ARGV do
   local tkey = KEYS[i]
   local code, reason, v, st, due = apply_one(tkey, a)
+  if code == 'accepted' then
+    redis.call('SADD', KEYS[6], ARGV[a + 2])
+  end
   if not v then
     local r = redis.call('HMGET', tkey, 'v', 'st', 'due')
     v, st, due = r[1] or '', r[2] or '', r[3] or ''

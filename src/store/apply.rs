@@ -15,8 +15,20 @@ const APPLY_CHUNK: usize = 200;
 /// Fields apply.lua answers per command: code, version, state, due, reason.
 const ANSWER_FIELDS: usize = 5;
 
-/// The highest offset handled in a partition: `(partition, epoch, offset)`.
-pub type Mark = (i32, i64, i64);
+/// The highest offset handled in a partition of a batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mark {
+    /// Commands-topic partition.
+    pub partition: i32,
+    /// The epoch held.
+    pub epoch: i64,
+    /// The highest offset of the batch.
+    pub offset: i64,
+    /// The applied offset Redis must already hold: the highest this owner applied before
+    /// the batch (-1 when none). Redis behind it lost writes: the batch is refused
+    /// ("fenced") and the ownership check replays what is missing.
+    pub floor: i64,
+}
 
 impl Store {
     /// Applies commands in one pipeline (per-partition order is kept), then records per
@@ -33,6 +45,12 @@ impl Store {
             return Ok((vec![], vec![]));
         }
         let chunks = chunks(reqs);
+        let floor = |p: i32| {
+            marks
+                .iter()
+                .find(|m| m.partition == p)
+                .map_or(-1, |m| m.floor)
+        };
         let mut p = redis::pipe();
         for chunk in &chunks {
             let first = &reqs[chunk[0]];
@@ -43,19 +61,25 @@ impl Store {
                 .key(k.index())
                 .key(k.inflight())
                 .key(k.cron())
+                .key(k.dirty())
                 .arg(first.epoch)
                 .arg(self.retention_ms)
-                .arg(k.slice_prefix());
+                .arg(k.slice_prefix())
+                .arg(floor(first.partition));
             for &i in chunk {
                 inv.key(k.timer(&reqs[i].timer_id));
                 command_args(&reqs[i], now_ms, &mut inv)?;
             }
             p.invoke_script(&inv);
         }
-        for &(partition, epoch, offset) in marks {
-            let k = self.keys(partition);
+        for m in marks {
+            let k = self.keys(m.partition);
             let mut inv = self.scripts.mark.prepare_invoke();
-            inv.key(k.epoch()).key(k.offset()).arg(epoch).arg(offset);
+            inv.key(k.epoch())
+                .key(k.offset())
+                .arg(m.epoch)
+                .arg(m.offset)
+                .arg(m.floor);
             p.invoke_script(&inv);
         }
         let mut replies: Vec<redis::Value> = self.run(&p).await?;
@@ -73,7 +97,7 @@ impl Store {
         let mut moved = Vec::new();
         for (m, v) in marks.iter().zip(codes) {
             if i64::from_redis_value(v).map_err(bad_reply)? < 0 {
-                moved.push(m.0);
+                moved.push(m.partition);
             }
         }
         Ok((applied.collect(), moved))

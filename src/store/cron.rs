@@ -52,6 +52,7 @@ impl Store {
             .key(k.index())
             .key(k.cron())
             .key(k.inflight())
+            .key(k.dirty())
             .arg(epoch)
             .arg(k.slice_prefix())
             .arg(k.timer_prefix())

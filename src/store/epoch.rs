@@ -9,6 +9,8 @@ pub struct PartitionState {
     pub epoch: Option<i64>,
     /// The highest commands-topic offset handled; `None` when none was (or Redis lost it).
     pub applied: Option<i64>,
+    /// The sequence of the last checkpoint confirmed; `None` when none was.
+    pub checkpoint: Option<i64>,
 }
 
 impl Store {
@@ -28,12 +30,17 @@ impl Store {
     /// What Redis holds about `partition`'s ownership: its epoch and applied offset.
     pub async fn partition_state(&self, partition: i32) -> Result<PartitionState, StoreError> {
         let k = self.keys(partition);
-        let (epoch, applied): (Option<i64>, Option<i64>) = redis::pipe()
+        let (epoch, applied, checkpoint): (Option<i64>, Option<i64>, Option<i64>) = redis::pipe()
             .get(k.epoch())
             .get(k.offset())
+            .get(k.checkpoint())
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(PartitionState { epoch, applied })
+        Ok(PartitionState {
+            epoch,
+            applied,
+            checkpoint,
+        })
     }
 
     /// The applied offsets of `partitions`, read with a blocking connection (for

@@ -28,6 +28,7 @@ impl Store {
             .key(k.index())
             .key(k.inflight())
             .key(k.cron())
+            .key(k.dirty())
             .arg(epoch)
             .arg(upto_ms)
             .arg(limit)
@@ -83,6 +84,7 @@ impl Store {
         inv.key(k.epoch())
             .key(k.inflight())
             .key(k.cron())
+            .key(k.dirty())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(missed_before_ms)
@@ -108,6 +110,7 @@ impl Store {
         inv.key(k.epoch())
             .key(k.inflight())
             .key(k.cron())
+            .key(k.dirty())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(self.retention_ms);

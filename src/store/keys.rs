@@ -20,6 +20,10 @@ impl Keys {
         format!("{}:{suffix}", self.tag)
     }
 
+    /// A SCAN pattern matching every key of the partition.
+    pub fn pattern(&self) -> String {
+        self.key("*")
+    }
     /// The owner's epoch (string).
     pub fn epoch(&self) -> String {
         self.key("epoch")
@@ -39,6 +43,18 @@ impl Keys {
     /// Scheduled cron timers by when their window must be extended (zset).
     pub fn cron(&self) -> String {
         self.key("cron")
+    }
+    /// Timers changed since the last checkpoint (set of ids).
+    pub fn dirty(&self) -> String {
+        self.key("dirty")
+    }
+    /// Timers taken from the dirty set whose state records are not confirmed yet (set).
+    pub fn pending(&self) -> String {
+        self.key("pending")
+    }
+    /// Sequence of the last checkpoint confirmed in the state topic (string).
+    pub fn checkpoint(&self) -> String {
+        self.key("ckpt")
     }
     /// Prefix of the timer hashes: the timer id follows.
     pub fn timer_prefix(&self) -> String {
@@ -96,6 +112,9 @@ pub mod field {
     pub const LAST_DEAD_LETTER_DUE: &str = "dlr";
     /// Reason of the last dead-lettered fire.
     pub const LAST_DEAD_LETTER_REASON: &str = "dlx";
+    /// Set once the timer's state was written to the state topic (a tombstone is owed
+    /// when it ends).
+    pub const PERSISTED: &str = "p";
     /// [`KIND`] of a one-shot timer.
     pub const KIND_ONCE: &str = "o";
     /// [`KIND`] of a cron timer.
@@ -115,6 +134,9 @@ mod tests {
             k.index(),
             k.inflight(),
             k.cron(),
+            k.dirty(),
+            k.pending(),
+            k.checkpoint(),
             k.timer("x"),
         ] {
             assert!(key.starts_with("kt:{cmds:3}:"), "{key}");

@@ -1,5 +1,5 @@
 -- Materialises cron occurrences computed by the migrator into the minute slices.
--- KEYS: 1 epoch, 2 slice index, 3 cron index, 4 in-flight set
+-- KEYS: 1 epoch, 2 slice index, 3 cron index, 4 in-flight set, 5 dirty set
 -- ARGV: 1 expected epoch, 2 slice key prefix, 3 timer key prefix, 4 retention ms,
 --       then per timer: id, version, materialised through ms, next materialisation ms
 --       ('' when the schedule is exhausted), number of occurrences k, k occurrences
@@ -48,6 +48,7 @@ while i <= #ARGV do
       else
         redis.call('HSET', tkey, 'st', 'completed')
         redis.call('PEXPIRE', tkey, ARGV[4])
+        redis.call('SADD', KEYS[5], id)
       end
     end
     done = done + 1

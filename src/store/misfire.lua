@@ -22,8 +22,10 @@ local function missed_fires(tkey, t, d, now)
   return true
 end
 
--- No occurrence of the timer will fire any more.
-local function complete(tkey, id, retention, cron_index)
+-- No occurrence of the timer will fire any more (the next checkpoint writes its
+-- tombstone: `dirty` is the partition's dirty set).
+local function complete(tkey, id, retention, cron_index, dirty)
+  redis.call('SADD', dirty, id)
   redis.call('HSET', tkey, 'st', 'completed')
   redis.call('PEXPIRE', tkey, retention)
   redis.call('ZREM', cron_index, id)

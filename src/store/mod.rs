@@ -13,9 +13,13 @@
 //! | `PREFIX:{topic:p}:cron` | zset | scheduled cron timers, scored by when their window must be extended |
 //! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset handled (written with every apply); behind the committed offset means Redis lost data |
 //! | `PREFIX:{topic:p}:epoch` | string | moved by each new owner past every earlier epoch; every script checks it (fencing) |
+//! | `PREFIX:{topic:p}:dirty` | set | timers changed since the last checkpoint (their state goes to the state topic) |
+//! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |
+//! | `PREFIX:{topic:p}:ckpt` | string | sequence of the last checkpoint confirmed in the state topic; older than the owner's means Redis came back from older data |
 //!
 //! One file per script family: [`apply`] (commands and offset marks), [`fires`] (claim,
-//! recover, acknowledge), [`cron`] (the migrator's window), [`epoch`] (ownership) and
+//! recover, acknowledge), [`cron`] (the migrator's window), [`epoch`] (ownership),
+//! [`state`] (checkpoints and restoring from the state topic) and
 //! [`view`] (the admin port's typed look-up). The scripts are in `src/store/*.lua`,
 //! loaded into Redis once at start (and again only if Redis lost them).
 
@@ -24,12 +28,14 @@ mod cron;
 mod epoch;
 mod fires;
 pub mod keys;
+mod state;
 mod view;
 
 pub use apply::Mark;
 pub use cron::CronDue;
 pub use epoch::PartitionState;
 pub use keys::Keys;
+pub use state::{CheckpointPage, Fields, Restore};
 pub use view::{DeadLetters, TimerView};
 
 use crate::retry::Retryable;
@@ -89,6 +95,9 @@ struct Scripts {
     cron_due: Script,
     materialize: Script,
     acquire: Script,
+    checkpoint: Script,
+    checkpointed: Script,
+    restore: Script,
 }
 
 impl Scripts {
@@ -102,10 +111,13 @@ impl Scripts {
             cron_due: Script::new(include_str!("cron_due.lua")),
             materialize: Script::new(include_str!("materialize.lua")),
             acquire: Script::new(include_str!("acquire.lua")),
+            checkpoint: Script::new(include_str!("checkpoint.lua")),
+            checkpointed: Script::new(include_str!("checkpointed.lua")),
+            restore: Script::new(include_str!("restore.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 8] {
+    fn all(&self) -> [&Script; 11] {
         [
             &self.apply,
             &self.mark,
@@ -115,6 +127,9 @@ impl Scripts {
             &self.cron_due,
             &self.materialize,
             &self.acquire,
+            &self.checkpoint,
+            &self.checkpointed,
+            &self.restore,
         ]
     }
 }

@@ -55,6 +55,7 @@ impl From<&crate::config::RunArgs> for Limits {
                 a.kafka.commands_topic.clone(),
                 a.kafka.results_topic.clone(),
                 a.kafka.dead_letter_topic.clone(),
+                a.kafka.state_topic.clone(),
             ],
             allow: a.callback_allow_list.clone(),
             fired_topic: a.kafka.fired_topic.clone(),

@@ -85,6 +85,7 @@ impl TestEnv {
             ("--results-topic", "results"),
             ("--fired-topic", "fired"),
             ("--dead-letter-topic", "dlq"),
+            ("--state-topic", "state"),
             ("--group-id", "group"),
             ("--redis-prefix", "kt"),
         ] {
@@ -103,6 +104,7 @@ impl TestEnv {
             &k.results_topic,
             &k.fired_topic,
             &k.dead_letter_topic,
+            &k.state_topic,
         ]
         .iter()
         .map(|t| ktimer::topics::TopicSpec {

@@ -1,0 +1,132 @@
+//! Rebuilding a partition's Redis data from its state-topic partition: read every record
+//! up to the end (the latest per key), restore the timers under the last checkpoint's
+//! fire watermark, record the checkpoint's command offset and sequence. The caller then
+//! replays the commands after that offset before the partition fires again.
+
+use super::{Snapshot, StateError};
+use crate::store::{Restore, Store};
+use crate::timer::TimerFields;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use std::time::{Duration, Instant};
+
+/// The longest the state topic may send nothing before the rebuild is retried.
+const STALL: Duration = Duration::from_secs(30);
+
+/// Timers restored per script call.
+const RESTORE_BATCH: usize = 500;
+
+/// What a rebuild did.
+#[derive(Debug)]
+pub struct Rebuilt {
+    /// Timers restored.
+    pub timers: usize,
+    /// Records read from the state topic.
+    pub records: u64,
+    /// The first command offset to replay.
+    pub replay_from: i64,
+    /// The checkpoint sequence restored (0 without a checkpoint).
+    pub sequence: i64,
+    /// How long reading and restoring took.
+    pub elapsed: Duration,
+}
+
+/// Rebuilds `partition` (held at `epoch`) from partition `partition` of `topic`, read with
+/// a consumer of configuration `reader`. With `wipe`, the partition's old keys are
+/// deleted first (Redis came back with data older than the last checkpoint).
+pub async fn rebuild(
+    partition: i32,
+    epoch: i64,
+    store: &Store,
+    reader: &ClientConfig,
+    topic: &str,
+    wipe: bool,
+) -> Result<Rebuilt, StateError> {
+    let started = Instant::now();
+    let (reader, t) = (reader.clone(), topic.to_string());
+    let (snapshot, records) = tokio::task::spawn_blocking(move || read(&reader, &t, partition))
+        .await
+        .expect("the state reader does not panic")?;
+    if wipe {
+        store.wipe(partition).await?;
+    }
+    let through = snapshot
+        .checkpoint
+        .as_ref()
+        .map_or(i64::MIN, |c| c.acked_through_ms);
+    let mut batch = Vec::with_capacity(RESTORE_BATCH);
+    let mut timers = 0;
+    for (id, value) in &snapshot.timers {
+        let fields = crate::codec::decode_timer_state(value)?;
+        batch.push(restore_of(&snapshot, id, fields));
+        if batch.len() == RESTORE_BATCH {
+            timers += store
+                .restore(partition, epoch, &batch, through, None)
+                .await? as usize;
+            batch.clear();
+        }
+    }
+    let sequence = snapshot.checkpoint.as_ref().map_or(0, |c| c.sequence);
+    let replay_from = snapshot.replay_from();
+    let last = Some((replay_from - 1, sequence));
+    timers += store
+        .restore(partition, epoch, &batch, through, last)
+        .await? as usize;
+    Ok(Rebuilt {
+        timers,
+        records,
+        replay_from,
+        sequence,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// What to restore of timer `id`: its fields and its in-flight fires.
+fn restore_of(snapshot: &Snapshot, id: &str, t: TimerFields) -> Restore {
+    let version = t
+        .fields
+        .get(crate::store::keys::field::VERSION)
+        .map(|v| v.to_vec())
+        .unwrap_or_default();
+    Restore {
+        timer_id: id.to_string(),
+        in_flight: snapshot.in_flight(id, &version),
+        fields: t
+            .fields
+            .into_iter()
+            .map(|(k, v)| (k, v.into_vec()))
+            .collect(),
+    }
+}
+
+/// Reads partition `partition` of `topic` from its start to its end (blocking).
+fn read(reader: &ClientConfig, topic: &str, partition: i32) -> Result<(Snapshot, u64), StateError> {
+    let consumer: BaseConsumer = reader.create()?;
+    let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+    let mut snapshot = Snapshot::default();
+    if high <= low {
+        return Ok((snapshot, 0));
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(low))?;
+    consumer.assign(&tpl)?;
+    let mut records = 0;
+    let mut quiet = Instant::now();
+    loop {
+        let Some(m) = consumer.poll(Duration::from_millis(500)) else {
+            if quiet.elapsed() > STALL {
+                return Err(StateError::Stalled(topic.to_string(), partition));
+            }
+            continue;
+        };
+        quiet = Instant::now();
+        let m = m?;
+        records += 1;
+        snapshot.add(m.key(), m.payload())?;
+        if m.offset() + 1 >= high {
+            return Ok((snapshot, records));
+        }
+    }
+}

@@ -1,0 +1,14 @@
+-- Confirms a checkpoint page: its state records were acknowledged by the broker, so the
+-- pending set is emptied; with a sequence, the page completed checkpoint `sequence`,
+-- whose number Redis keeps (a Redis restored from older data shows an older one).
+-- KEYS: 1 epoch, 2 pending set, 3 checkpoint sequence
+-- ARGV: 1 expected epoch, 2 sequence ('' for a page that completed no checkpoint)
+-- Returns 1, or -1 when fenced.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+redis.call('DEL', KEYS[2])
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[2])
+end
+return 1

@@ -1,0 +1,67 @@
+-- Restores timers of a partition from its state topic (a rebuild after Redis lost the
+-- partition), applying the last checkpoint's fire watermark: a fire due at or before it
+-- was acknowledged unless it was listed in flight.
+-- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
+--       6 applied offset, 7 checkpoint sequence
+-- ARGV: 1 expected epoch, 2 timer key prefix, 3 slice key prefix, 4 acked through ms,
+--       5 retention ms, 6 applied offset to record ('' until the last call), 7 checkpoint
+--       sequence to record, then per timer: id, m, m due instants of its in-flight fires,
+--       n, n field/value pairs
+-- Returns the number of timers restored, or -1 when fenced.
+-- Rules (the state records are written at checkpoints, so they may trail the fires):
+-- * a scheduled one-shot timer due at or before the watermark and not in flight fired;
+--   it is restored fired (and its tombstone is owed: dirty);
+-- * a scheduled cron timer is materialised again from the latest of the watermark, its
+--   last acknowledged fire and its in-flight fires (the migrator does it at once);
+-- * in-flight fires go back in flight: the trigger's recovery delivers them again.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+local through = tonumber(ARGV[4])
+local done = 0
+local i = 8
+while i <= #ARGV do
+  local id = ARGV[i]
+  local m = tonumber(ARGV[i + 1])
+  local flights = i + 2
+  local n = tonumber(ARGV[flights + m])
+  local first = flights + m + 1
+  i = first + 2 * n
+  local tkey = ARGV[2] .. id
+  redis.call('DEL', tkey)
+  redis.call('HSET', tkey, unpack(ARGV, first, first + 2 * n - 1))
+  local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'due', 'last')
+  local v, st, kind, due = t[1], t[2], t[3], t[4]
+  local latest = through
+  for j = flights, flights + m - 1 do
+    local d = tonumber(ARGV[j])
+    redis.call('ZADD', KEYS[3], d, v .. ':' .. ARGV[j] .. ':' .. id)
+    latest = math.max(latest, d)
+  end
+  if st == 'scheduled' and kind == 'o' and m == 0 then
+    if tonumber(due) <= through then
+      redis.call('HSET', tkey, 'st', 'fired')
+      redis.call('PEXPIRE', tkey, ARGV[5])
+      redis.call('SADD', KEYS[5], id)
+    else
+      local minute = math.floor(tonumber(due) / 60000)
+      redis.call('ZADD', ARGV[3] .. minute, due, v .. ':' .. due .. ':' .. id)
+      redis.call('ZADD', KEYS[2], minute, minute)
+    end
+  elseif st == 'scheduled' and kind == 'c' then
+    if t[5] then
+      latest = math.max(latest, tonumber(t[5]))
+    end
+    redis.call('HSET', tkey, 'hz', latest)
+    redis.call('HDEL', tkey, 'lst', 'fin')
+    redis.call('ZADD', KEYS[4], 0, id)
+  elseif st ~= 'scheduled' and st ~= 'paused' then
+    redis.call('PEXPIRE', tkey, ARGV[5])
+  end
+  done = done + 1
+end
+if ARGV[6] ~= '' then
+  redis.call('SET', KEYS[6], ARGV[6])
+  redis.call('SET', KEYS[7], ARGV[7])
+end
+return done

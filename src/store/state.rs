@@ -1,0 +1,204 @@
+//! The state topic's side of the store: checkpoint pages (`checkpoint.lua`, confirmed by
+//! `checkpointed.lua`), restoring a partition from its state records (`restore.lua`), and
+//! wiping a partition whose Redis data is too old to keep.
+
+use super::{bad_reply, Store, StoreError};
+use redis::Value;
+
+/// A timer's fields, name and value, as its hash holds them.
+pub type Fields = Vec<(String, Vec<u8>)>;
+
+/// One page of a partition's checkpoint (see `checkpoint.lua`).
+#[derive(Debug, Default)]
+pub struct CheckpointPage {
+    /// Timers still dirty after this page: the checkpoint is complete only at 0.
+    pub left: u64,
+    /// Every fire due at or before this was acknowledged, except `in_flight`.
+    pub acked_through_ms: i64,
+    /// The highest commands-topic offset applied (-1 for none).
+    pub applied: i64,
+    /// Fire members claimed and not acknowledged.
+    pub in_flight: Vec<String>,
+    /// The page's timers: their fields, or `None` for a tombstone.
+    pub timers: Vec<(String, Option<Fields>)>,
+}
+
+/// A timer to restore: its fields and the due instants of its fires that were in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Restore {
+    /// Timer id.
+    pub timer_id: String,
+    /// Due instants of its in-flight fires (they go back in flight).
+    pub in_flight: Vec<i64>,
+    /// Its fields.
+    pub fields: Fields,
+}
+
+/// How many keys one wipe step asks SCAN for.
+const WIPE_PAGE: usize = 1000;
+
+impl Store {
+    /// Takes one page of `partition`'s checkpoint at `now_ms`: up to `max_timers` changed
+    /// timers and up to `max_in_flight` in-flight members.
+    pub async fn checkpoint_page(
+        &self,
+        partition: i32,
+        epoch: i64,
+        now_ms: i64,
+        max_timers: usize,
+        max_in_flight: usize,
+    ) -> Result<CheckpointPage, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.checkpoint.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.dirty())
+            .key(k.pending())
+            .key(k.index())
+            .key(k.inflight())
+            .key(k.offset())
+            .arg(epoch)
+            .arg(k.timer_prefix())
+            .arg(k.slice_prefix())
+            .arg(now_ms)
+            .arg(max_timers)
+            .arg(max_in_flight);
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (reply,): (Vec<Value>,) = self.run(&p).await?;
+        parse_page(reply, partition)
+    }
+
+    /// Confirms the last page of `partition`'s checkpoint: its records were acknowledged;
+    /// with `sequence`, it completed that checkpoint.
+    pub async fn checkpointed(
+        &self,
+        partition: i32,
+        epoch: i64,
+        sequence: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.checkpointed.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.pending())
+            .key(k.checkpoint())
+            .arg(epoch)
+            .arg(sequence.map(|s| s.to_string()).unwrap_or_default());
+        self.counted(partition, &inv).await.map(|_| ())
+    }
+
+    /// Restores `timers` of `partition` under the fire watermark `acked_through_ms`; with
+    /// `last` (applied offset, checkpoint sequence), the restore is complete and Redis
+    /// records both. Returns the number restored.
+    pub async fn restore(
+        &self,
+        partition: i32,
+        epoch: i64,
+        timers: &[Restore],
+        acked_through_ms: i64,
+        last: Option<(i64, i64)>,
+    ) -> Result<i64, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.restore.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.index())
+            .key(k.inflight())
+            .key(k.cron())
+            .key(k.dirty())
+            .key(k.offset())
+            .key(k.checkpoint())
+            .arg(epoch)
+            .arg(k.timer_prefix())
+            .arg(k.slice_prefix())
+            .arg(acked_through_ms)
+            .arg(self.retention_ms);
+        match last {
+            Some((applied, sequence)) => inv.arg(applied).arg(sequence),
+            None => inv.arg("").arg(""),
+        };
+        for t in timers {
+            inv.arg(&t.timer_id).arg(t.in_flight.len());
+            for d in &t.in_flight {
+                inv.arg(d);
+            }
+            inv.arg(t.fields.len());
+            for (name, value) in &t.fields {
+                inv.arg(name).arg(value);
+            }
+        }
+        self.counted(partition, &inv).await
+    }
+
+    /// Deletes every key of `partition` but its epoch (Redis data too old to keep);
+    /// returns how many were deleted.
+    pub async fn wipe(&self, partition: i32) -> Result<u64, StoreError> {
+        let k = self.keys(partition);
+        let (pattern, epoch_key) = (k.pattern(), k.epoch());
+        let mut conn = self.conn.clone();
+        let (mut cursor, mut gone) = (0u64, 0u64);
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(WIPE_PAGE)
+                .query_async(&mut conn)
+                .await?;
+            let keys: Vec<&String> = keys.iter().filter(|key| **key != epoch_key).collect();
+            if !keys.is_empty() {
+                let n: u64 = redis::cmd("UNLINK")
+                    .arg(&keys)
+                    .query_async(&mut conn)
+                    .await?;
+                gone += n;
+            }
+            if next == 0 {
+                return Ok(gone);
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// Reads checkpoint.lua's answer.
+fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, StoreError> {
+    let mut it = reply.into_iter();
+    let mut next = || it.next().ok_or_else(|| bad_reply("short checkpoint reply"));
+    let first = next()?;
+    if matches!(&first, Value::BulkString(b) if b == b"fenced") {
+        return Err(StoreError::Fenced(partition));
+    }
+    let int =
+        |v: Value| -> Result<i64, StoreError> { redis::from_redis_value(v).map_err(bad_reply) };
+    let text =
+        |v: Value| -> Result<String, StoreError> { redis::from_redis_value(v).map_err(bad_reply) };
+    let mut page = CheckpointPage {
+        left: int(first)? as u64,
+        acked_through_ms: int(next()?)?,
+        applied: text(next()?)?.parse().map_err(bad_reply)?,
+        ..Default::default()
+    };
+    let m = int(next()?)?;
+    for _ in 0..m {
+        page.in_flight.push(text(next()?)?);
+    }
+    let mut it = it.peekable();
+    while let Some(id) = it.next() {
+        let id = text(id)?;
+        let n = int(it.next().ok_or_else(|| bad_reply("short timer"))?)?;
+        if n < 0 {
+            page.timers.push((id, None));
+            continue;
+        }
+        let mut fields = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let (Some(name), Some(value)) = (it.next(), it.next()) else {
+                return Err(bad_reply("short field list"));
+            };
+            let value: Vec<u8> = redis::from_redis_value(value).map_err(bad_reply)?;
+            fields.push((text(name)?, value));
+        }
+        page.timers.push((id, Some(fields)));
+    }
+    Ok(page)
+}
