@@ -268,6 +268,7 @@ mod tests {
 /// A timer's fields as Redis holds them (names in [`crate::store::keys::field`]); the
 /// value of its record in the state topic (`schemas/timer_state.avsc`).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename = "TimerState")]
 pub struct TimerFields {
     /// Field name to value, as in the timer's hash.
     pub fields: std::collections::BTreeMap<String, serde_bytes::ByteBuf>,

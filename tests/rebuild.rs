@@ -1,0 +1,184 @@
+//! Redis is a cache of Kafka: emptied, or back from older data, it is rebuilt from the
+//! state topic and the commands after the last checkpoint, with every timer in its
+//! current state. Each scenario owns its servers (`common::world`).
+
+mod common;
+
+use common::world::World;
+use common::{cancel, cron, lifecycle, once_at, Fired, TestEnv};
+use ktimer::command::{CommandKind, MisfirePolicy, Outcome, TimerCommand};
+use ktimer::now_ms;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const MIN: Duration = Duration::from_secs(60);
+/// Fires acknowledged this long before Redis lost its data may fire again: one
+/// checkpoint interval (1 s) plus the time a checkpoint takes to be written.
+const CHECKPOINT_BOUND_MS: i64 = 2_500;
+
+async fn sleep_until(at_ms: i64) {
+    let d = (at_ms - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(d)).await;
+}
+
+/// Sends `cmds` and waits until each was answered with `outcome`.
+async fn send_expect(env: &TestEnv, got: &mut common::Collected, cmds: &[TimerCommand]) {
+    env.send_many(cmds).await;
+    let rs = got.results(cmds.len(), MIN).await;
+    let bad: Vec<_> = rs
+        .iter()
+        .filter(|r| r.outcome != Outcome::Accepted)
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "not accepted: {:?}",
+        &bad[..bad.len().min(3)]
+    );
+}
+
+fn ids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+fn update_at(id: &str, at_ms: i64) -> TimerCommand {
+    TimerCommand {
+        at_ms: Some(at_ms),
+        ..lifecycle(CommandKind::Update, id, "update")
+    }
+}
+
+/// Fires per timer id, then per (timer id, due).
+fn by_timer(fires: &[Fired]) -> HashMap<&str, Vec<&Fired>> {
+    let mut m: HashMap<&str, Vec<&Fired>> = HashMap::new();
+    for f in fires {
+        m.entry(f.timer_id.as_str()).or_default().push(f);
+    }
+    m
+}
+
+/// Redis emptied (FLUSHALL) while timers exist in every state, with a commands log of
+/// 15,000 commands before them: after the rebuild nothing cancelled or paused fires,
+/// updated timers fire on their new schedule only, fired ones fire again only within the
+/// checkpoint bound, a FIRE_ALL cron does not re-plan its past, a completed cron stays
+/// completed, nothing is lost and nothing is early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_emptied_restores_every_timer_in_its_current_state() {
+    let w = World::start("rebuild", false);
+    let env = TestEnv::on(&w.servers(), "rebuild", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    // The long log: 10,000 timers an hour away, half of them cancelled.
+    let hour = now_ms() + 3_600_000;
+    let filler = ids("filler", 10_000);
+    let creates: Vec<_> = filler.iter().map(|id| once_at(id, hour, "f")).collect();
+    send_expect(&env, &mut got, &creates).await;
+    let cancels: Vec<_> = filler.iter().step_by(2).map(|id| cancel(id)).collect();
+    send_expect(&env, &mut got, &cancels).await;
+
+    let t0 = now_ms();
+    let flush = t0 + 9_000;
+    let mut every = cron("every", "* * * * * *", "e");
+    every.misfire = Some(MisfirePolicy::FireAll);
+    let mut maxed = cron("maxed", "* * * * * *", "m");
+    maxed.max_fires = Some(2);
+    let early = ids("fired", 200);
+    let later = ids("later", 200);
+    let (cancelled, paused, updated) =
+        (ids("cancelled", 50), ids("paused", 50), ids("updated", 50));
+    let mut cmds = vec![every, maxed, cron("cron-paused", "* * * * * *", "p")];
+    for (i, id) in early.iter().enumerate() {
+        cmds.push(once_at(id, t0 + 1_000 + 30 * i as i64, "x"));
+    }
+    for (i, id) in later.iter().enumerate() {
+        cmds.push(once_at(id, flush + 3_000 + 15 * i as i64, "x"));
+    }
+    for id in cancelled.iter().chain(&paused).chain(&updated) {
+        cmds.push(once_at(id, flush + 3_000, "x"));
+    }
+    send_expect(&env, &mut got, &cmds).await;
+    let mut changes = vec![lifecycle(CommandKind::Pause, "cron-paused", "pause")];
+    changes.extend(cancelled.iter().map(|id| cancel(id)));
+    changes.extend(
+        paused
+            .iter()
+            .map(|id| lifecycle(CommandKind::Pause, id, "pause")),
+    );
+    changes.extend(updated.iter().map(|id| update_at(id, flush + 8_000)));
+    send_expect(&env, &mut got, &changes).await;
+    let paused_at = now_ms();
+
+    sleep_until(flush).await;
+    let mut redis = redis::Client::open(w.redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let flushed = now_ms();
+    // Every `later` timer (due up to flush + 6 s) and the updated ones (flush + 8 s).
+    let mut fires = Vec::new();
+    while now_ms() < flush + 14_000 {
+        if let Ok(Some(f)) =
+            tokio::time::timeout(Duration::from_millis(200), got.fired.recv()).await
+        {
+            fires.push(f);
+        }
+    }
+    let after: Vec<Fired> = fires
+        .iter()
+        .filter(|f| f.fired_ms > flushed)
+        .cloned()
+        .collect();
+    eprintln!("{} fires, {} after the flush", fires.len(), after.len());
+    let m = by_timer(&fires);
+    let count = |id: &str| m.get(id).map_or(0, Vec::len);
+    for f in &fires {
+        assert!(f.fired_ms >= f.due_ms, "early: {f:?}");
+    }
+    for id in cancelled.iter().chain(&paused) {
+        assert_eq!(count(id), 0, "{id} fired: {:?}", m.get(id.as_str()));
+    }
+    for id in &later {
+        assert_eq!(count(id), 1, "{id}: {:?}", m.get(id.as_str()));
+    }
+    for id in &updated {
+        let fs = m.get(id.as_str()).expect("updated timer fired");
+        assert!(fs.iter().all(|f| f.due_ms == flush + 8_000), "{id}: {fs:?}");
+    }
+    // One-shots that fired before the flush fire again only within the checkpoint bound.
+    let again = early.iter().filter(|id| count(id) > 1).count();
+    let in_bound = early
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| t0 + 1_000 + 30 * *i as i64 > flushed - CHECKPOINT_BOUND_MS)
+        .count();
+    assert!(early.iter().all(|id| count(id) >= 1), "a fired timer lost");
+    assert!(again <= in_bound, "{again} fired twice, bound {in_bound}");
+    // The FIRE_ALL cron: every second fired, none before the bound twice.
+    let every = m.get("every").expect("the cron fired");
+    let mut per_due: HashMap<i64, usize> = HashMap::new();
+    every
+        .iter()
+        .for_each(|f| *per_due.entry(f.due_ms).or_default() += 1);
+    let twice: Vec<_> = per_due
+        .iter()
+        .filter(|(d, n)| **n > 1 && **d < flushed - CHECKPOINT_BOUND_MS)
+        .collect();
+    assert!(twice.is_empty(), "FIRE_ALL re-planned its past: {twice:?}");
+    let first = *per_due.keys().min().unwrap();
+    let missing: Vec<i64> = (0..)
+        .map(|k| first + 1_000 * k)
+        .take_while(|d| *d < flush + 12_000)
+        .filter(|d| !per_due.contains_key(d))
+        .collect();
+    assert!(missing.is_empty(), "cron occurrences lost: {missing:?}");
+    assert_eq!(count("maxed"), 2, "{:?}", m.get("maxed"));
+    let late_paused = m.get("cron-paused").map_or(0, |fs| {
+        fs.iter().filter(|f| f.fired_ms > paused_at + 50).count()
+    });
+    assert_eq!(late_paused, 0, "a paused cron fired");
+    svc.stop().await;
+}
