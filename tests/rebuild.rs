@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::checker::{check, commands, due_near, gather, spread, Bounds, Expected};
 use common::world::World;
 use common::{cancel, cron, lifecycle, once_at, Fired, TestEnv};
 use ktimer::command::{CommandKind, MisfirePolicy, Outcome, TimerCommand};
@@ -180,5 +181,179 @@ async fn redis_emptied_restores_every_timer_in_its_current_state() {
         fs.iter().filter(|f| f.fired_ms > paused_at + 50).count()
     });
     assert_eq!(late_paused, 0, "a paused cron fired");
+    svc.stop().await;
+}
+
+/// Sends the creates of `expected` in chunks of 100 every 100 ms (a stream), calling
+/// `at(chunk)` before each chunk; returns the timers accepted, after every command was
+/// answered.
+async fn stream(
+    env: &TestEnv,
+    got: &mut common::Collected,
+    expected: &Expected,
+    mut at: impl FnMut(usize),
+) -> Expected {
+    let cmds = commands(expected);
+    for (i, chunk) in cmds.chunks(100).enumerate() {
+        at(i);
+        env.send_many(chunk).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rs = got.results(cmds.len(), MIN * 2).await;
+    rs.into_iter()
+        .filter(|r| r.outcome == Outcome::Accepted)
+        .filter_map(|r| r.timer_id)
+        .map(|id| {
+            let due = expected[&id];
+            (id, due)
+        })
+        .collect()
+}
+
+/// Redis (AOF, fsync every second) SIGKILLed under a stream of creates and restarted
+/// from its AOF, after `flushed_before`: an earlier FLUSHALL and rebuild. Every command is
+/// answered and every accepted timer fires.
+async fn killed_under_creates(name: &str, flushed_before: bool) {
+    let mut w = World::start(name, true);
+    let env = TestEnv::on(&w.servers(), name, 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    if flushed_before {
+        let log = spread("log", 3_000, now_ms() + 1_000, 2_000);
+        send_expect(&env, &mut got, &commands(&log)).await;
+        let mut redis = redis::Client::open(w.redis.url()).unwrap();
+        let _: () = redis::cmd("FLUSHALL").query(&mut redis).unwrap();
+        // The partitions rebuilt and apply again: a command is answered.
+        let probe = spread("probe", 20, now_ms() + 60_000, 1_000);
+        send_expect(&env, &mut got, &commands(&probe)).await;
+    }
+    let expected = spread("s", 3_000, now_ms() + 8_000, 4_000);
+    let (mut fault, mut back) = (0, 0);
+    let accepted = stream(&env, &mut got, &expected, |chunk| {
+        if chunk == 10 {
+            fault = now_ms();
+            w.redis.kill();
+        }
+        if chunk == 15 {
+            w.redis.restart();
+            back = now_ms();
+        }
+    })
+    .await;
+    assert!(
+        accepted.len() >= expected.len() * 9 / 10,
+        "only {} accepted",
+        accepted.len()
+    );
+    let fires = gather(&mut got, &accepted, MIN * 2, Duration::from_secs(2)).await;
+    check(
+        name,
+        &accepted,
+        &fires,
+        &Bounds {
+            duplicates: due_near(&accepted, fault, 2_500),
+            lateness_ms: (back - fault).max(0) + 10_000,
+        },
+    );
+    svc.stop().await;
+}
+
+/// Redis emptied and rebuilt, then killed and restarted from its AOF under a stream of
+/// creates (once: none of the 3,000 following commands was answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_emptied_then_restarted_from_its_aof_under_creates() {
+    killed_under_creates("aof-after-flush", true).await;
+}
+
+/// Partial loss: Redis SIGKILLed under a steady stream of creates with `appendfsync
+/// everysec` loses up to a second of writes, applied commands among them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_under_creates_loses_the_last_second() {
+    killed_under_creates("everysec", false).await;
+}
+
+/// Partial loss, deterministic: Redis comes back from a snapshot taken before the last
+/// 500 commands were applied (and several checkpoints ago). Every accepted timer fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_back_from_an_older_snapshot_loses_nothing() {
+    let mut w = World::start("snapshot", false);
+    let env = TestEnv::on(&w.servers(), "snapshot", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let before = spread("before", 1_000, now_ms() + 12_000, 3_000);
+    send_expect(&env, &mut got, &commands(&before)).await;
+    let mut redis = redis::Client::open(w.redis.url()).unwrap();
+    let _: () = redis::cmd("SAVE").query(&mut redis).unwrap();
+    // The last writes: 500 more timers, then a few checkpoints.
+    let after = spread("after", 500, now_ms() + 12_000, 3_000);
+    send_expect(&env, &mut got, &commands(&after)).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    w.redis.kill();
+    w.redis.restart();
+    let back = now_ms();
+    let expected: Expected = before.into_iter().chain(after).collect();
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
+    check(
+        "redis back from an older snapshot",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: 0,
+            lateness_ms: (back + 5_000 - expected.values().min().unwrap()).max(1_000),
+        },
+    );
+    svc.stop().await;
+}
+
+/// Retention: the commands are gone from the commands topic long before the timers are
+/// due, and Redis is emptied. Every timer still fires, on time.
+///
+/// Tansu's in-memory storage implements neither retention nor DeleteRecords (a `todo!()`
+/// that kills the broker), and deleting the topic under a consumer crashes librdkafka
+/// 2.12's metadata cache. So the instance is stopped and started again on a new, empty
+/// commands topic with the same state topic: from ktimer's side that is a commands topic
+/// whose every record was deleted (and its Redis keys, tagged by topic, are empty too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_deleted_by_retention_then_redis_emptied() {
+    let w = World::start("retention", false);
+    let env = TestEnv::on(&w.servers(), "retention", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let expected = spread("r", 1_000, now_ms() + 15_000, 3_000);
+    send_expect(&env, &mut got, &commands(&expected)).await;
+    // A checkpoint covers them (written every second).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    svc.stop().await;
+    let mut redis = redis::Client::open(w.redis.url()).unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut redis).unwrap();
+    let mut args = env.args.clone();
+    args.kafka.commands_topic = format!("{}.commands-after-retention", env.name);
+    let spec = ktimer::topics::TopicSpec {
+        role: "test".into(),
+        name: args.kafka.commands_topic.clone(),
+        partitions: 2,
+        replication_factor: 1,
+        configs: Default::default(),
+    };
+    ktimer::topics::apply(&ktimer::kafka::client(&args.kafka), &[spec])
+        .await
+        .expect("create the new commands topic");
+    let after = TestEnv {
+        args,
+        name: env.name.clone(),
+        argv: env.argv.clone(),
+        producer: env.producer.clone(),
+    };
+    let svc = after.start().await;
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
+    check(
+        "commands deleted by retention, then redis emptied",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: 0,
+            lateness_ms: 1_000,
+        },
+    );
     svc.stop().await;
 }

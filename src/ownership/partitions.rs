@@ -143,6 +143,7 @@ impl Partitions {
     /// topic and its tasks wait for the replay of the commands after the checkpoint;
     /// otherwise they start now. `false` only on shutdown.
     async fn own(&mut self, p: i32, stale: bool) -> bool {
+        let applied_before = self.owned.get(&p).and_then(|o| o.handled);
         if let Some(old) = self.owned.remove(&p) {
             old.stop().await;
         }
@@ -196,7 +197,12 @@ impl Partitions {
         );
         t.metrics.replays.inc();
         o.sequence = r.sequence;
-        o.hold_until = self.end_of(p).filter(|&last| last >= r.replay_from);
+        // Listed ends can trail (Tansu lists the last batch's start): what this instance
+        // applied before is replayed too.
+        o.hold_until = self
+            .end_of(p)
+            .max(applied_before)
+            .filter(|&last| last >= r.replay_from);
         let hold = o.hold_until.is_some();
         self.owned.insert(p, o);
         self.seek(p, Offset::Offset(r.replay_from));

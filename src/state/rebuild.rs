@@ -8,6 +8,7 @@ use crate::store::{Restore, Store};
 use crate::timer::TimerFields;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
@@ -101,16 +102,14 @@ fn restore_of(snapshot: &Snapshot, id: &str, t: TimerFields) -> Restore {
     }
 }
 
-/// Reads partition `partition` of `topic` from its start to its end (blocking).
+/// Reads partition `partition` of `topic` from its start to its end (blocking). The end
+/// is where the broker says the partition ends while fetching (partition EOF), not the
+/// listed high watermark: Tansu 0.6 lists the last batch's base offset there.
 fn read(reader: &ClientConfig, topic: &str, partition: i32) -> Result<(Snapshot, u64), StateError> {
-    let consumer: BaseConsumer = reader.create()?;
-    let (low, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+    let consumer: BaseConsumer = reader.clone().set("enable.partition.eof", "true").create()?;
     let mut snapshot = Snapshot::default();
-    if high <= low {
-        return Ok((snapshot, 0));
-    }
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, partition, Offset::Offset(low))?;
+    tpl.add_partition_offset(topic, partition, Offset::Beginning)?;
     consumer.assign(&tpl)?;
     let mut records = 0;
     let mut quiet = Instant::now();
@@ -122,11 +121,13 @@ fn read(reader: &ClientConfig, topic: &str, partition: i32) -> Result<(Snapshot,
             continue;
         };
         quiet = Instant::now();
-        let m = m?;
-        records += 1;
-        snapshot.add(m.key(), m.payload())?;
-        if m.offset() + 1 >= high {
-            return Ok((snapshot, records));
+        match m {
+            Ok(m) => {
+                records += 1;
+                snapshot.add(m.key(), m.payload())?;
+            }
+            Err(KafkaError::PartitionEOF(_)) => return Ok((snapshot, records)),
+            Err(e) => return Err(e.into()),
         }
     }
 }
