@@ -179,8 +179,14 @@ impl Checkpointer {
                 );
             }
             let done = page.left == 0;
-            tracing::debug!(partition = self.partition, timers = page.timers.len(), left = page.left,
-                applied = page.applied, acked_through = page.acked_through_ms, "checkpoint page");
+            tracing::debug!(
+                partition = self.partition,
+                timers = page.timers.len(),
+                left = page.left,
+                applied = page.applied,
+                acked_through = page.acked_through_ms,
+                "checkpoint page"
+            );
             let record = (done && (wrote || self.changed(&page))).then(|| self.record(&page, now));
             if let Some(c) = &record {
                 let v = encode_checkpoint(c)?;

@@ -106,7 +106,10 @@ fn restore_of(snapshot: &Snapshot, id: &str, t: TimerFields) -> Restore {
 /// is where the broker says the partition ends while fetching (partition EOF), not the
 /// listed high watermark: Tansu 0.6 lists the last batch's base offset there.
 fn read(reader: &ClientConfig, topic: &str, partition: i32) -> Result<(Snapshot, u64), StateError> {
-    let consumer: BaseConsumer = reader.clone().set("enable.partition.eof", "true").create()?;
+    let consumer: BaseConsumer = reader
+        .clone()
+        .set("enable.partition.eof", "true")
+        .create()?;
     let mut snapshot = Snapshot::default();
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Beginning)?;
