@@ -5,6 +5,8 @@
 //!    produced as fast as the producer goes; the command intake rate (accepted results
 //!    per second) and Redis `used_memory` per timer are measured. They stay pending
 //!    through the next phases (the load the fire test must not feel).
+//!    With `--rebuild`, Redis is then emptied and the time the instances take to
+//!    rebuild it from the state topic is measured ([`rebuild`]).
 //! 2. **fire**: `--timers` timers due `--due spread` (evenly over `--window-ms`) or
 //!    `--due burst` (all in one millisecond), produced at `--rate`. The fired records
 //!    are read back: fire lateness (ktimer's produce time, header `ktimer-fired-ms`,
@@ -21,6 +23,7 @@
 pub mod load;
 pub mod observe;
 pub mod pipe;
+pub mod rebuild;
 pub mod report;
 pub mod setup;
 pub mod svg;
@@ -90,6 +93,12 @@ async fn phases(
         0 => None,
         n => Some(pending_phase(env, n, progress, codec).await?),
     };
+    let rebuild = match (&pending, args.rebuild) {
+        (Some(p), true) => {
+            Some(rebuild::rebuild_phase(env, args.partitions, p.accepted, progress).await?)
+        }
+        _ => None,
+    };
     // Lead time: how long producing and applying all commands will take, from the
     // intake rate just measured when there is one.
     let measured = pending.as_ref().map(|p| p.intake_per_s as u64);
@@ -120,6 +129,7 @@ async fn phases(
             "instance_args": args.instance_args,
         }),
         pending,
+        rebuild,
         fire,
         baseline,
         checks: Vec::new(),

@@ -138,6 +138,8 @@ pub struct Report {
     pub settings: serde_json::Value,
     /// Pending timers, intake and memory (absent with `--pending 0`).
     pub pending: Option<PendingReport>,
+    /// Redis emptied and rebuilt from the state topic (with `--rebuild`).
+    pub rebuild: Option<super::rebuild::RebuildReport>,
     /// The fire test.
     pub fire: FireReport,
     /// The baseline (absent with `--no-baseline`).
@@ -239,6 +241,13 @@ impl Report {
                 p.redis_bytes_before as f64 / 1e6,
                 p.redis_bytes_after as f64 / 1e6,
                 p.bytes_per_timer
+            );
+        }
+        if let Some(r) = &self.rebuild {
+            let _ = writeln!(
+                s,
+                "rebuild  {} of {} pending timers restored from the state topic in {} ms ({:.0}/s), from FLUSHDB",
+                r.restored, r.timers, r.elapsed_ms, r.per_s
             );
         }
         let _ = writeln!(
