@@ -46,7 +46,7 @@ pub async fn rebuild_phase(
     loop {
         let mut p = redis::pipe();
         for k in &keys {
-            p.scard(k.dirty()).scard(k.pending());
+            p.zcard(k.dirty()).scard(k.pending());
         }
         let left: Vec<usize> = p.query_async(&mut c).await?;
         if left.iter().all(|&n| n == 0) {

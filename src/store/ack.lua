@@ -30,7 +30,7 @@ for i = 4, #ARGV do
   local tkey = ARGV[2] .. id
   local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'n', 'mx', 'fin')
   if t[1] == string.sub(member, 1, c1 - 1) and t[2] == 'scheduled' then
-    redis.call('SADD', KEYS[4], id)
+    redis.call('ZADD', KEYS[4], 'NX', 'inf', id)
     if reason then
       redis.call('HINCRBY', tkey, 'dl', 1)
       redis.call('HSET', tkey, 'dlr', due, 'dlx', reason)

@@ -1,7 +1,8 @@
 -- Applies a batch of timer commands of one partition, in order, atomically and
 -- idempotently (one call per batch: the per-call cost of a script dominates a command's).
 -- KEYS: 1 epoch, 2 applied offset, 3 slice index, 4 in-flight set, 5 cron index,
---       6 dirty set (timers changed since the last checkpoint), 6+i timer hash of the
+--       6 dirty set (timers changed since the last checkpoint, scored by the first
+--       command that changed them since), 6+i timer hash of the
 --       i-th command
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
 --       Redis must hold at least (what this owner applied before; -1 unknown), then per
@@ -220,7 +221,7 @@ while a <= #ARGV do
   local tkey = KEYS[i]
   local code, reason, v, st, due = apply_one(tkey, a)
   if code == 'accepted' then
-    redis.call('SADD', KEYS[6], ARGV[a + 2])
+    redis.call('ZADD', KEYS[6], 'LT', ARGV[a], ARGV[a + 2])
   end
   if not v then
     local r = redis.call('HMGET', tkey, 'v', 'st', 'due')

@@ -1,17 +1,23 @@
--- Takes one page of a partition's checkpoint: moves up to a number of timers from the
--- dirty set (changed since the last checkpoint) to the pending set, which keeps them
--- until their state records are confirmed in the state topic (a page lost with its
--- producer is taken again), and answers their fields. Also answers the fire watermark:
--- every fire due at or before it was acknowledged, except the in-flight members listed.
+-- Takes one page of a partition's checkpoint: moves up to a number of changed timers
+-- from the dirty set (scored by the first command that changed them since their state
+-- was last written) to the pending set, which keeps them until their state records are
+-- confirmed in the state topic (a page lost with its producer is taken again), and
+-- answers their fields. Also answers the command offset the state topic reflects and
+-- the fire watermark: every fire due at or before it was acknowledged, except the
+-- in-flight members listed.
 -- KEYS: 1 epoch, 2 dirty set, 3 pending set, 4 slice index, 5 in-flight set,
---       6 applied offset
+--       6 applied offset, 7 deferred timers by due, 8 deferred timers by first offset
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 slice key prefix, 4 now ms, 5 most
---       timers per page, 6 most in-flight members listed
--- Returns {'fenced'}, or {left, acked through ms, applied offset, m, m in-flight members,
--- then per timer: id, n, n field/value pairs}; left is the number of timers still dirty
--- (a checkpoint is complete only with a page that leaves none); n = -1 is a tombstone
--- (the timer can never fire again).
+--       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms
+-- Returns {'fenced'}, or {left, acked through ms, reflected offset, m, m in-flight
+-- members, then per timer: id, n, n field/value pairs}; left is the number of timers
+-- still dirty (a checkpoint is complete only with a page that leaves none); n = -1 is a
+-- tombstone (the timer can never fire again).
 -- Invariants:
+-- * a one-shot timer never written and due within `defer` ms is deferred, not written:
+--   most fire before the next checkpoint and then owe nothing; while deferred, the
+--   reflected offset stays below the first command that changed it (a rebuild replays
+--   it); one still scheduled `grace` ms after its due is written;
 -- * a timer that ended before any of its states was written owes no tombstone (field p
 --   marks a timer whose state was written);
 -- * the watermark is at most now, below the first pending slice member, and below the
@@ -20,14 +26,39 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
 local TERMINAL = {fired = 1, completed = 1, cancelled = 1, dead_lettered = 1}
+local now, defer, grace = tonumber(ARGV[4]), tonumber(ARGV[7]), tonumber(ARGV[8])
+
+-- Deferred timers past due and grace: fired by now (nothing to write) or stuck (write).
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - grace, 'LIMIT', 0, ARGV[5])) do
+  local first = redis.call('ZSCORE', KEYS[8], id) or 'inf'
+  redis.call('ZREM', KEYS[7], id)
+  redis.call('ZREM', KEYS[8], id)
+  redis.call('ZADD', KEYS[2], 'LT', first, id)
+end
+
+-- Moves a page of the dirty set to the pending set, deferring timers due soon.
 local want = tonumber(ARGV[5]) - redis.call('SCARD', KEYS[3])
 if want > 0 then
-  local ids = redis.call('SPOP', KEYS[2], want)
-  for i = 1, #ids, 1000 do
-    redis.call('SADD', KEYS[3], unpack(ids, i, math.min(i + 999, #ids)))
+  local page = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
+  for i = 1, #page, 2 do
+    local id, first = page[i], page[i + 1]
+    redis.call('ZREM', KEYS[2], id)
+    local t = redis.call('HMGET', ARGV[2] .. id, 'st', 'k', 'due', 'p')
+    local due = tonumber(t[3] or '0')
+    if t[1] == 'scheduled' and t[2] == 'o' and not t[4] and due <= now + defer and due > now - grace then
+      redis.call('ZADD', KEYS[7], due, id)
+      redis.call('ZADD', KEYS[8], 'LT', first, id)
+    else
+      redis.call('ZREM', KEYS[7], id)
+      redis.call('ZREM', KEYS[8], id)
+      if t[4] or not TERMINAL[t[1]] then
+        redis.call('SADD', KEYS[3], id)
+      end
+    end
   end
 end
-local through = tonumber(ARGV[4])
+
+local through = now
 local minutes = redis.call('ZRANGE', KEYS[4], 0, 15)
 for i, m in ipairs(minutes) do
   local head = redis.call('ZRANGE', ARGV[3] .. m, 0, 0, 'WITHSCORES')
@@ -45,7 +76,12 @@ local m = math.min(#flight / 2, listed)
 if #flight / 2 > listed then
   through = math.min(through, tonumber(flight[#flight]) - 1)
 end
-local out = {redis.call('SCARD', KEYS[2]), through, redis.call('GET', KEYS[6]) or '-1', m}
+local reflected = tonumber(redis.call('GET', KEYS[6]) or '-1')
+local oldest = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
+if #oldest > 0 and tonumber(oldest[2]) - 1 < reflected then
+  reflected = tonumber(oldest[2]) - 1
+end
+local out = {redis.call('ZCARD', KEYS[2]), through, string.format('%d', reflected), m}
 for i = 1, m do
   out[#out + 1] = flight[2 * i - 1]
 end

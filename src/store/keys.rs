@@ -44,9 +44,19 @@ impl Keys {
     pub fn cron(&self) -> String {
         self.key("cron")
     }
-    /// Timers changed since the last checkpoint (set of ids).
+    /// Timers changed since the last checkpoint (zset of ids by the first command offset
+    /// that changed them since their state was written; fires score `inf`).
     pub fn dirty(&self) -> String {
         self.key("dirty")
+    }
+    /// One-shot timers due soon whose state is not written (they likely fire first),
+    /// by due (zset).
+    pub fn deferred(&self) -> String {
+        self.key("deferred")
+    }
+    /// The same timers by the first command offset that changed them (zset).
+    pub fn deferred_offsets(&self) -> String {
+        self.key("deferred:off")
     }
     /// Timers taken from the dirty set whose state records are not confirmed yet (set).
     pub fn pending(&self) -> String {
@@ -136,6 +146,8 @@ mod tests {
             k.cron(),
             k.dirty(),
             k.pending(),
+            k.deferred(),
+            k.deferred_offsets(),
             k.checkpoint(),
             k.timer("x"),
         ] {

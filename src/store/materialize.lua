@@ -48,7 +48,7 @@ while i <= #ARGV do
       else
         redis.call('HSET', tkey, 'st', 'completed')
         redis.call('PEXPIRE', tkey, ARGV[4])
-        redis.call('SADD', KEYS[5], id)
+        redis.call('ZADD', KEYS[5], 'NX', 'inf', id)
       end
     end
     done = done + 1

@@ -25,7 +25,7 @@ end
 -- No occurrence of the timer will fire any more (the next checkpoint writes its
 -- tombstone: `dirty` is the partition's dirty set).
 local function complete(tkey, id, retention, cron_index, dirty)
-  redis.call('SADD', dirty, id)
+  redis.call('ZADD', dirty, 'NX', 'inf', id)
   redis.call('HSET', tkey, 'st', 'completed')
   redis.call('PEXPIRE', tkey, retention)
   redis.call('ZREM', cron_index, id)

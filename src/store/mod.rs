@@ -13,7 +13,8 @@
 //! | `PREFIX:{topic:p}:cron` | zset | scheduled cron timers, scored by when their window must be extended |
 //! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset handled (written with every apply); behind the committed offset means Redis lost data |
 //! | `PREFIX:{topic:p}:epoch` | string | moved by each new owner past every earlier epoch; every script checks it (fencing) |
-//! | `PREFIX:{topic:p}:dirty` | set | timers changed since the last checkpoint (their state goes to the state topic) |
+//! | `PREFIX:{topic:p}:dirty` | zset | timers changed since the last checkpoint (their state goes to the state topic), scored by the first command that changed them (`inf`: a fire) |
+//! | `PREFIX:{topic:p}:deferred`, `...:deferred:off` | zset | one-shot timers never written and due within 10 s (by due, and by first command offset): written only if still scheduled 5 s after due; the checkpoint's command offset stays below them |
 //! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |
 //! | `PREFIX:{topic:p}:ckpt` | string | sequence of the last checkpoint confirmed in the state topic; older than the owner's means Redis came back from older data |
 //!

@@ -42,7 +42,7 @@ while i <= #ARGV do
     if tonumber(due) <= through then
       redis.call('HSET', tkey, 'st', 'fired')
       redis.call('PEXPIRE', tkey, ARGV[5])
-      redis.call('SADD', KEYS[5], id)
+      redis.call('ZADD', KEYS[5], 'NX', 'inf', id)
     else
       local minute = math.floor(tonumber(due) / 60000)
       redis.call('ZADD', ARGV[3] .. minute, due, v .. ':' .. due .. ':' .. id)

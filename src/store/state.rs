@@ -15,7 +15,8 @@ pub struct CheckpointPage {
     pub left: u64,
     /// Every fire due at or before this was acknowledged, except `in_flight`.
     pub acked_through_ms: i64,
-    /// The highest commands-topic offset applied (-1 for none).
+    /// The highest commands-topic offset the state topic reflects once this page is
+    /// written: the applied offset, or below the first command of a deferred timer.
     pub applied: i64,
     /// Fire members claimed and not acknowledged.
     pub in_flight: Vec<String>,
@@ -33,6 +34,13 @@ pub struct Restore {
     /// Its fields.
     pub fields: Fields,
 }
+
+/// A one-shot timer never written and due within this many ms is not written yet (most
+/// fire before the next checkpoint and then owe the state topic nothing); a rebuild
+/// replays its commands instead.
+pub const DEFER_MS: i64 = 10_000;
+/// A deferred timer still scheduled this long after its due is written after all.
+pub const DEFER_GRACE_MS: i64 = 5_000;
 
 /// How many keys one wipe step asks SCAN for.
 const WIPE_PAGE: usize = 1000;
@@ -56,12 +64,16 @@ impl Store {
             .key(k.index())
             .key(k.inflight())
             .key(k.offset())
+            .key(k.deferred())
+            .key(k.deferred_offsets())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(k.slice_prefix())
             .arg(now_ms)
             .arg(max_timers)
-            .arg(max_in_flight);
+            .arg(max_in_flight)
+            .arg(DEFER_MS)
+            .arg(DEFER_GRACE_MS);
         let mut p = redis::pipe();
         p.invoke_script(&inv);
         let (reply,): (Vec<Value>,) = self.run(&p).await?;
