@@ -6,7 +6,10 @@
 -- dead_lettered; a cron timer counts it (`dl`, last one's due `dlr`, reason `dlx`) and
 -- goes on. Every timer whose fields change is added to the dirty set (the next checkpoint
 -- writes its state, or its tombstone).
--- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set
+-- A one-shot timer whose state was never written owes nothing: it only leaves the
+-- deferred sets.
+-- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 deferred by due,
+--       6 deferred by first offset
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 retention ms, 4.. members
 -- Returns the number of members removed, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -28,9 +31,14 @@ for i = 4, #ARGV do
   local due = string.sub(member, c1 + 1, c2 - 1)
   local id = string.sub(member, c2 + 1)
   local tkey = ARGV[2] .. id
-  local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'n', 'mx', 'fin')
+  local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'n', 'mx', 'fin', 'p')
   if t[1] == string.sub(member, 1, c1 - 1) and t[2] == 'scheduled' then
-    redis.call('ZADD', KEYS[4], 'NX', 'inf', id)
+    if t[7] or t[3] == 'c' then
+      redis.call('ZADD', KEYS[4], 'NX', 'inf', id)
+    else
+      redis.call('ZREM', KEYS[5], id)
+      redis.call('ZREM', KEYS[6], id)
+    end
     if reason then
       redis.call('HINCRBY', tkey, 'dl', 1)
       redis.call('HSET', tkey, 'dlr', due, 'dlx', reason)

@@ -2,11 +2,11 @@
 -- idempotently (one call per batch: the per-call cost of a script dominates a command's).
 -- KEYS: 1 epoch, 2 applied offset, 3 slice index, 4 in-flight set, 5 cron index,
 --       6 dirty set (timers changed since the last checkpoint, scored by the first
---       command that changed them since), 6+i timer hash of the
---       i-th command
+--       command that changed them since), 7 deferred timers by due, 8 by first offset
+--       (checkpoint.lua), 8+i timer hash of the i-th command
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
---       Redis must hold at least (what this owner applied before; -1 unknown), then per
---       command a group:
+--       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
+--       6 defer ms, then per command a group:
 --       +0 command offset, +1 op (create | update | pause | resume | cancel), +2 timer id,
 --       +3 request id, +4 kind (o one-shot | c cron), +5 due ms (one-shot due, or first
 --       cron occurrence), +6 stored definition ('' keeps the current one on update),
@@ -31,7 +31,8 @@
 -- * a cron timer whose fires reached its maximum (through an update or a resume) is
 --   completed, never left scheduled with nothing to fire;
 -- * every timer an accepted command changed is in the dirty set, so the next checkpoint
---   writes its state to the state topic.
+--   writes its state to the state topic; a new one-shot timer due within the defer time
+--   goes straight to the deferred sets instead (checkpoint.lua).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
@@ -41,6 +42,9 @@ end
 local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1}
 local out = {}
 local top = -1
+local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
+-- Set by a create whose timer is deferred rather than dirty.
+local deferred = false
 
 local function slice_add(d, member)
   local minute = math.floor(tonumber(d) / 60000)
@@ -139,9 +143,10 @@ local function apply_one(tkey, a)
     if live then
       return 'rejected', 'a timer with this id is ' .. st .. '; update or cancel it first'
     end
+    local persisted
     if v then
       -- A timer whose state was written keeps owing its record (field p).
-      local persisted = redis.call('HGET', tkey, 'p')
+      persisted = redis.call('HGET', tkey, 'p')
       redis.call('DEL', tkey)
       if persisted then
         redis.call('HSET', tkey, 'p', persisted)
@@ -153,6 +158,11 @@ local function apply_one(tkey, a)
       redis.call('HSET', tkey, 'v', off, 'st', 'scheduled', 'rq', rq_arg, 'd', ARGV[a + 6],
         'k', 'o', 'due', due_arg, 'a', app)
       slice_add(due_arg, off .. ':' .. due_arg .. ':' .. id)
+      if not persisted and tonumber(due_arg) <= soon then
+        redis.call('ZADD', KEYS[7], due_arg, id)
+        redis.call('ZADD', KEYS[8], 'LT', off, id)
+        deferred = true
+      end
     else
       redis.call('HSET', tkey, 'v', off, 'st', 'scheduled', 'rq', rq_arg, 'd', ARGV[a + 6],
         'n', 0, 'a', app)
@@ -215,12 +225,13 @@ local function apply_one(tkey, a)
   return 'accepted', ''
 end
 
-local a = 5
-local i = 7
+local a = 7
+local i = 9
 while a <= #ARGV do
   local tkey = KEYS[i]
+  deferred = false
   local code, reason, v, st, due = apply_one(tkey, a)
-  if code == 'accepted' then
+  if code == 'accepted' and not deferred then
     redis.call('ZADD', KEYS[6], 'LT', ARGV[a], ARGV[a + 2])
   end
   if not v then

@@ -62,10 +62,14 @@ impl Store {
                 .key(k.inflight())
                 .key(k.cron())
                 .key(k.dirty())
+                .key(k.deferred())
+                .key(k.deferred_offsets())
                 .arg(first.epoch)
                 .arg(self.retention_ms)
                 .arg(k.slice_prefix())
-                .arg(floor(first.partition));
+                .arg(floor(first.partition))
+                .arg(now_ms)
+                .arg(super::state::DEFER_MS);
             for &i in chunk {
                 inv.key(k.timer(&reqs[i].timer_id));
                 command_args(&reqs[i], now_ms, &mut inv)?;

@@ -111,6 +111,8 @@ impl Store {
             .key(k.inflight())
             .key(k.cron())
             .key(k.dirty())
+            .key(k.deferred())
+            .key(k.deferred_offsets())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(self.retention_ms);
