@@ -75,12 +75,12 @@ impl Metrics {
         .expect("metric");
         let replays = IntCounter::new(
             "redis_replays_total",
-            "Times Redis had lost data and commands were replayed from Kafka",
+            "Times Redis had lost data: a partition rebuilt from the state topic, or lost commands replayed",
         )
         .expect("metric");
         let task_restarts = IntCounter::new(
             "task_restarts_total",
-            "Partition tasks (trigger, migrator) found ended while held, and restarted",
+            "Partition tasks (trigger, migrator, checkpoints) found ended while held, and restarted",
         )
         .expect("metric");
         for c in [

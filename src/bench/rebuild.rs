@@ -60,7 +60,10 @@ pub async fn rebuild_phase(
     }
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let started = Instant::now();
-    let _: () = redis::cmd("FLUSHDB").query_async(&mut c).await?;
+    let _: () = redis::cmd("FLUSHDB")
+        .arg("ASYNC")
+        .query_async(&mut c)
+        .await?;
     let deadline = started + Duration::from_secs(600);
     loop {
         let mut p = redis::pipe();
@@ -80,8 +83,10 @@ pub async fn rebuild_phase(
     let elapsed = started.elapsed();
     let mut restored = 0;
     for k in &keys {
-        let mut it: redis::AsyncIter<String> =
-            c.scan_match(format!("{}*", k.timer_prefix())).await?;
+        let opts = redis::ScanOptions::default()
+            .with_pattern(format!("{}*", k.timer_prefix()))
+            .with_count(10_000);
+        let mut it: redis::AsyncIter<String> = c.scan_options(opts).await?;
         while let Some(_key) = futures::StreamExt::next(&mut it).await {
             restored += 1;
         }

@@ -4,12 +4,15 @@
 //! replays the commands after that offset before the partition fires again.
 
 use super::{Snapshot, StateError};
+use futures::{StreamExt, TryStreamExt};
+
 use crate::store::{Restore, Store};
 use crate::timer::TimerFields;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
+use rdkafka::ClientContext;
 use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
 
@@ -18,6 +21,8 @@ const STALL: Duration = Duration::from_secs(30);
 
 /// Timers restored per script call.
 const RESTORE_BATCH: usize = 500;
+/// Restore calls in flight at once.
+const RESTORE_IN_FLIGHT: usize = 4;
 
 /// What a rebuild did.
 #[derive(Debug)]
@@ -57,24 +62,30 @@ pub async fn rebuild(
         .checkpoint
         .as_ref()
         .map_or(i64::MIN, |c| c.acked_through_ms);
+    let mut batches = Vec::with_capacity(snapshot.timers.len() / RESTORE_BATCH + 1);
     let mut batch = Vec::with_capacity(RESTORE_BATCH);
-    let mut timers = 0;
     for (id, value) in &snapshot.timers {
         let fields = crate::codec::decode_timer_state(value)?;
         batch.push(restore_of(&snapshot, id, fields));
         if batch.len() == RESTORE_BATCH {
-            timers += store
-                .restore(partition, epoch, &batch, through, None)
-                .await? as usize;
-            batch.clear();
+            batches.push(std::mem::take(&mut batch));
         }
     }
+    batches.push(batch);
+    // Batches are independent: several in flight keep Redis busy between round trips.
+    let restored: Vec<i64> = futures::stream::iter(batches.into_iter().map(|b| {
+        let store = store.clone();
+        async move { store.restore(partition, epoch, &b, through, None).await }
+    }))
+    .buffer_unordered(RESTORE_IN_FLIGHT)
+    .try_collect()
+    .await?;
     let sequence = snapshot.checkpoint.as_ref().map_or(0, |c| c.sequence);
     let replay_from = snapshot.replay_from();
+    // Last: the offset and sequence say the partition is complete.
     let last = Some((replay_from - 1, sequence));
-    timers += store
-        .restore(partition, epoch, &batch, through, last)
-        .await? as usize;
+    store.restore(partition, epoch, &[], through, last).await?;
+    let timers = restored.iter().sum::<i64>() as usize;
     Ok(Rebuilt {
         timers,
         records,
@@ -106,10 +117,10 @@ fn restore_of(snapshot: &Snapshot, id: &str, t: TimerFields) -> Restore {
 /// is where the broker says the partition ends while fetching (partition EOF), not the
 /// listed high watermark: Tansu 0.6 lists the last batch's base offset there.
 fn read(reader: &ClientConfig, topic: &str, partition: i32) -> Result<(Snapshot, u64), StateError> {
-    let consumer: BaseConsumer = reader
+    let consumer: BaseConsumer<EndIsNoError> = reader
         .clone()
         .set("enable.partition.eof", "true")
-        .create()?;
+        .create_with_context(EndIsNoError)?;
     let mut snapshot = Snapshot::default();
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Beginning)?;
@@ -117,7 +128,7 @@ fn read(reader: &ClientConfig, topic: &str, partition: i32) -> Result<(Snapshot,
     let mut records = 0;
     let mut quiet = Instant::now();
     loop {
-        let Some(m) = consumer.poll(Duration::from_millis(500)) else {
+        let Some(m) = consumer.poll(Duration::from_millis(20)) else {
             if quiet.elapsed() > STALL {
                 return Err(StateError::Stalled(topic.to_string(), partition));
             }
@@ -134,3 +145,17 @@ fn read(reader: &ClientConfig, topic: &str, partition: i32) -> Result<(Snapshot,
         }
     }
 }
+
+/// The reader's context: reaching the end of the partition is how a read ends, not an
+/// error worth a log line (librdkafka also reports it as one).
+struct EndIsNoError;
+
+impl ClientContext for EndIsNoError {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if !matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::warn!(%error, reason, "state topic reader");
+        }
+    }
+}
+
+impl ConsumerContext for EndIsNoError {}

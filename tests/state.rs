@@ -1,0 +1,215 @@
+//! The checkpoint and restore scripts against a real redis-server, with the time as an
+//! argument: what a checkpoint writes and defers, and how a restore applies the fire
+//! watermark (the rules the rebuild relies on).
+
+mod common;
+
+use common::{servers, unique};
+use ktimer::command::{CommandKind, TimerCommand};
+use ktimer::store::{CheckpointPage, Restore, Store};
+use ktimer::timer::{ApplyOutcome, ApplyRequest, TimerState};
+use ktimer::validate::{validate, Limits};
+
+/// A whole minute (2027-01-15T08:00:00Z).
+const T0: i64 = 1_800_000_000_000;
+
+struct World {
+    store: Store,
+    epoch: i64,
+    offset: i64,
+}
+
+impl World {
+    async fn new(name: &str) -> World {
+        let store = Store::connect(&servers().redis_url, &unique(name), "cmds", 60_000)
+            .await
+            .expect("redis");
+        let epoch = store.acquire(0, T0).await.expect("acquire");
+        World {
+            store,
+            epoch,
+            offset: 0,
+        }
+    }
+
+    async fn apply(&mut self, cmd: TimerCommand, now: i64) -> i64 {
+        let op = validate(
+            &cmd,
+            Some(cmd.timer_id.as_bytes()),
+            now,
+            now,
+            &Limits::default(),
+        )
+        .expect("valid command");
+        self.offset += 1;
+        let req = ApplyRequest {
+            partition: 0,
+            epoch: self.epoch,
+            offset: self.offset,
+            timer_id: cmd.timer_id.clone(),
+            request_id: format!("r{}", self.offset),
+            application: "app".into(),
+            op,
+        };
+        let (a, _) = self.store.apply(&[req], &[], now).await.expect("apply");
+        assert_eq!(a[0].outcome, ApplyOutcome::Accepted);
+        self.offset
+    }
+
+    async fn checkpoint(&self, now: i64) -> CheckpointPage {
+        let page = self
+            .store
+            .checkpoint_page(0, self.epoch, now, 1000, 1000)
+            .await
+            .expect("checkpoint");
+        self.store
+            .checkpointed(0, self.epoch, Some(1))
+            .await
+            .expect("confirm");
+        page
+    }
+
+    /// Claims and acknowledges every fire due up to `at`; returns the timer ids.
+    async fn fire(&self, at: i64) -> Vec<String> {
+        let c = self
+            .store
+            .claim(0, self.epoch, at, 1000, at - 1000, at)
+            .await
+            .expect("claim");
+        let members: Vec<String> = c.fires.iter().map(|f| f.member.clone()).collect();
+        self.store.ack(0, self.epoch, &members).await.expect("ack");
+        c.fires.into_iter().map(|f| f.timer_id).collect()
+    }
+}
+
+fn once(id: &str, at: i64) -> TimerCommand {
+    TimerCommand {
+        application: "app".into(),
+        at_ms: Some(at),
+        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
+    }
+}
+
+fn ids(page: &CheckpointPage) -> Vec<(&str, bool)> {
+    let mut v: Vec<_> = page
+        .timers
+        .iter()
+        .map(|(id, f)| (id.as_str(), f.is_some()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn a_checkpoint_defers_timers_due_soon_and_owes_tombstones_only_for_written_ones() {
+    let mut w = World::new("ckpt").await;
+    let soon = w.apply(once("soon", T0 + 5_000), T0).await;
+    w.apply(once("far", T0 + 60_000), T0).await;
+    let page = w.checkpoint(T0 + 100).await;
+    assert_eq!(ids(&page), vec![("far", true)], "the soon one is deferred");
+    assert_eq!(page.left, 0);
+    assert_eq!(
+        page.applied,
+        soon - 1,
+        "a rebuild replays the deferred timer's command"
+    );
+    assert_eq!(
+        page.acked_through_ms,
+        T0 + 4_999,
+        "below the first pending fire"
+    );
+
+    assert_eq!(w.fire(T0 + 5_000).await, vec!["soon"]);
+    let page = w.checkpoint(T0 + 5_100).await;
+    assert!(
+        page.timers.is_empty(),
+        "a deferred timer that fired owes nothing"
+    );
+    assert_eq!(page.applied, 2, "nothing deferred any more");
+
+    assert_eq!(w.fire(T0 + 60_000).await, vec!["far"]);
+    let page = w.checkpoint(T0 + 60_100).await;
+    assert_eq!(
+        ids(&page),
+        vec![("far", false)],
+        "a written timer that fired: tombstone"
+    );
+    assert_eq!(page.acked_through_ms, T0 + 60_100);
+}
+
+#[tokio::test]
+async fn a_deferred_timer_still_scheduled_after_its_grace_is_written() {
+    let mut w = World::new("grace").await;
+    w.apply(once("stuck", T0 + 2_000), T0).await;
+    assert!(w.checkpoint(T0 + 100).await.timers.is_empty());
+    // Not fired (no claim): 5 s after its due it is written after all.
+    let page = w.checkpoint(T0 + 7_001).await;
+    assert_eq!(ids(&page), vec![("stuck", true)]);
+    assert_eq!(page.applied, 1);
+}
+
+#[tokio::test]
+async fn a_restore_applies_the_fire_watermark_and_the_in_flight_list() {
+    let mut w = World::new("source").await;
+    for (id, at) in [("fired", 20_000), ("flying", 21_000), ("later", 30_000)] {
+        w.apply(once(id, T0 + at), T0).await;
+    }
+    w.apply(
+        TimerCommand {
+            application: "app".into(),
+            cron: Some("*/5 * * * * *".into()),
+            ..TimerCommand::new(CommandKind::CreateCron, "cron", "r")
+        },
+        T0,
+    )
+    .await;
+    let page = w.checkpoint(T0 + 100).await;
+    let fields = |id: &str| {
+        page.timers
+            .iter()
+            .find(|t| t.0 == id)
+            .unwrap()
+            .1
+            .clone()
+            .unwrap()
+    };
+    let restore = |id: &str, in_flight: Vec<i64>| Restore {
+        timer_id: id.into(),
+        in_flight,
+        fields: fields(id),
+    };
+    // Restored elsewhere under "every fire due up to T0+25s was acknowledged, except the
+    // in-flight fire of `flying`".
+    let r = World::new("target").await;
+    let timers = [
+        restore("fired", vec![]),
+        restore("flying", vec![T0 + 21_000]),
+        restore("later", vec![]),
+        restore("cron", vec![]),
+    ];
+    let n = r
+        .store
+        .restore(0, r.epoch, &timers, T0 + 25_000, Some((4, 7)))
+        .await
+        .expect("restore");
+    assert_eq!(n, 4);
+    let state = r.store.partition_state(0).await.unwrap();
+    assert_eq!((state.applied, state.checkpoint), (Some(4), Some(7)));
+    let view = |id: &str| {
+        let store = r.store.clone();
+        let id = id.to_string();
+        async move { store.timer(0, &id).await.unwrap().unwrap() }
+    };
+    assert_eq!(view("fired").await.state, Some(TimerState::Fired));
+    assert_eq!(view("later").await.state, Some(TimerState::Scheduled));
+    let (_, flying) = r.store.in_flight_page(0, 0).await.unwrap();
+    assert_eq!(flying.len(), 1);
+    assert!(flying[0].ends_with(":flying"), "{flying:?}");
+    // Nothing of the past fires again from the slices; the later one-shot does.
+    assert_eq!(r.fire(T0 + 29_999).await, Vec::<String>::new());
+    assert_eq!(r.fire(T0 + 30_000).await, vec!["later"]);
+    // The cron goes on from the watermark: its next window starts after T0+25s.
+    let due = r.store.cron_due(0, r.epoch, T0 + 25_000, 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].covered_ms, T0 + 25_000);
+}
