@@ -12,8 +12,9 @@ use tokio::sync::mpsc;
 /// A change of this instance's partitions, reported by the consumer's rebalance callback.
 #[derive(Debug)]
 pub enum RebalanceEvent {
-    /// These partitions are now ours.
-    Assigned(Vec<i32>),
+    /// These partitions are now ours; `true` for those whose Redis data is behind the
+    /// group's committed offset (Redis lost writes: they are rebuilt, not trusted).
+    Assigned(Vec<(i32, bool)>),
     /// These partitions are no longer ours.
     Revoked(Vec<i32>),
 }
@@ -56,7 +57,11 @@ impl ConsumerContext for IntakeContext {
         let parts = partitions(tpl);
         let (res, ev) = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                self.set_replay_offsets(consumer, tpl);
+                let behind = self.set_replay_offsets(consumer, tpl);
+                let parts = parts
+                    .into_iter()
+                    .map(|p| (p, behind.contains(&p)))
+                    .collect();
                 let res = if cooperative {
                     consumer.incremental_assign(tpl)
                 } else {
@@ -86,15 +91,21 @@ impl ConsumerContext for IntakeContext {
 
 impl IntakeContext {
     /// Sets the start offset of every assigned partition whose Redis state is behind the
-    /// group's committed offset to the first offset Redis lacks. If Redis cannot be read
-    /// now, the intake's periodic check catches up later.
-    fn set_replay_offsets(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+    /// group's committed offset to the first offset Redis lacks, and returns those
+    /// partitions. If Redis cannot be read now, the intake's periodic check catches up
+    /// later.
+    fn set_replay_offsets(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        tpl: &mut TopicPartitionList,
+    ) -> Vec<i32> {
+        let mut behind = Vec::new();
         let parts = partitions(tpl);
         let committed = match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "committed offsets unknown; Redis not checked against them");
-                return;
+                return behind;
             }
         };
         let applied = match self
@@ -104,7 +115,7 @@ impl IntakeContext {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(error = %e, "redis not readable during the rebalance; checked later");
-                return;
+                return behind;
             }
         };
         for (p, handled) in parts.into_iter().zip(applied) {
@@ -114,12 +125,14 @@ impl IntakeContext {
             };
             if let Some(from) = replay_from(handled, next) {
                 tracing::warn!(partition = p, ?handled, committed = next, from = ?from,
-                    "redis is behind the committed offset (it lost data): replaying commands");
+                    "redis is behind the committed offset (it lost data): rebuilding the partition");
+                behind.push(p);
                 if let Err(e) = tpl.set_partition_offset(&self.topic, p, from) {
                     tracing::error!(partition = p, error = %e, "cannot set the replay offset");
                 }
             }
         }
+        behind
     }
 }
 

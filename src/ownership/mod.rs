@@ -6,11 +6,10 @@
 //! consistent:
 //!
 //! * **On assignment**: if Redis has nothing of the partition (emptied, or never used),
-//!   it is rebuilt from the state topic and the commands after the checkpoint are
-//!   replayed before it fires. If Redis's handled offset is behind the group's committed
-//!   offset (a restart from an AOF, a failover that dropped the last second), the
-//!   partition is assigned at the first offset Redis lacks (in librdkafka's rebalance
-//!   callback, before fetching starts).
+//!   or its handled offset is behind the group's committed offset (checked in
+//!   librdkafka's rebalance callback: a restart from older data while the partition
+//!   moved), it is wiped and rebuilt from the state topic, and the commands after the
+//!   checkpoint are replayed before it fires.
 //! * **On every apply**: the scripts refuse a batch when Redis's applied offset is below
 //!   what this owner applied before (Redis lost writes since): the check below runs.
 //! * **While owned** (every second, and whenever a script refuses): a higher epoch means

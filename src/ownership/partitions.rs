@@ -118,8 +118,8 @@ impl Partitions {
     pub async fn rebalance(&mut self, ev: RebalanceEvent) -> bool {
         match ev {
             RebalanceEvent::Assigned(ps) => {
-                for p in ps {
-                    if !self.own(p, false).await {
+                for (p, behind) in ps {
+                    if !self.own(p, behind).await {
                         return false;
                     }
                 }
@@ -192,6 +192,7 @@ impl Partitions {
             timers = r.timers,
             records = r.records,
             replay_from = r.replay_from,
+            read_ms = r.read.as_millis() as u64,
             elapsed_ms = r.elapsed.as_millis() as u64,
             "redis rebuilt from the state topic; replaying the commands after its checkpoint"
         );
