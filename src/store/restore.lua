@@ -20,6 +20,9 @@ end
 local through = tonumber(ARGV[4])
 local done = 0
 local i = 8
+-- Minutes already in the slice index (one ZADD per minute, not per timer).
+local indexed = {}
+local WANTED = {v = 1, st = 2, k = 3, due = 4, last = 5}
 while i <= #ARGV do
   local id = ARGV[i]
   local m = tonumber(ARGV[i + 1])
@@ -30,7 +33,13 @@ while i <= #ARGV do
   local tkey = ARGV[2] .. id
   redis.call('DEL', tkey)
   redis.call('HSET', tkey, unpack(ARGV, first, first + 2 * n - 1))
-  local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'due', 'last')
+  local t = {}
+  for j = first, first + 2 * n - 1, 2 do
+    local w = WANTED[ARGV[j]]
+    if w then
+      t[w] = ARGV[j + 1]
+    end
+  end
   local v, st, kind, due = t[1], t[2], t[3], t[4]
   local latest = through
   for j = flights, flights + m - 1 do
@@ -46,7 +55,10 @@ while i <= #ARGV do
     else
       local minute = math.floor(tonumber(due) / 60000)
       redis.call('ZADD', ARGV[3] .. minute, due, v .. ':' .. due .. ':' .. id)
-      redis.call('ZADD', KEYS[2], minute, minute)
+      if not indexed[minute] then
+        redis.call('ZADD', KEYS[2], minute, minute)
+        indexed[minute] = true
+      end
     end
   elseif st == 'scheduled' and kind == 'c' then
     if t[5] then
