@@ -125,6 +125,13 @@ fn commands_consumer(
         "the commands topic {:?} does not exist; create it with `ktimer topics apply`",
         k.commands_topic
     );
+    let state = topics::partition_count(&consumer, &k.state_topic)?;
+    anyhow::ensure!(
+        state == partitions,
+        "the state topic {:?} has {state} partitions, the commands topic {partitions}: they must \
+         match (a missing one is created by `ktimer topics apply`)",
+        k.state_topic
+    );
     Ok((Arc::new(consumer), events, partitions))
 }
 

@@ -17,7 +17,7 @@ const MIN: Duration = Duration::from_secs(60);
 /// A mock cluster of three brokers whose test topics and group live on broker 1.
 fn cluster(env_name: &str) -> MockCluster<'static, DefaultProducerContext> {
     let mock = MockCluster::new(3).expect("mock cluster");
-    for role in ["commands", "results", "fired", "dlq"] {
+    for role in ["commands", "results", "fired", "dlq", "state"] {
         let topic = format!("{env_name}.{role}");
         mock.create_topic(&topic, 2, 1).expect("mock topic");
         for p in 0..2 {
