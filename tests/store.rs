@@ -4,67 +4,9 @@
 
 mod common;
 
-use common::{servers, unique};
+use common::store::{World, T0};
 use ktimer::command::{CommandKind, MisfirePolicy, TimerCommand};
-use ktimer::store::Store;
-use ktimer::timer::{Applied, ApplyOutcome, ApplyRequest, TimerState};
-use ktimer::validate::{validate, Limits};
-
-/// A whole minute (2027-01-15T08:00:00Z), so cron occurrences line up with it.
-const T0: i64 = 1_800_000_000_000;
-
-/// A store on its own key prefix, partition 0 acquired.
-struct World {
-    store: Store,
-    epoch: i64,
-    offset: i64,
-}
-
-impl World {
-    async fn new(name: &str) -> World {
-        let store = Store::connect(&servers().redis_url, &unique(name), "cmds", 60_000)
-            .await
-            .expect("redis");
-        let epoch = store.acquire(0, T0).await.expect("acquire");
-        World {
-            store,
-            epoch,
-            offset: 0,
-        }
-    }
-
-    /// Validates `cmd` (recorded and applied at `now`) and applies it.
-    async fn apply(&mut self, cmd: TimerCommand, now: i64) -> Applied {
-        let op = validate(
-            &cmd,
-            Some(cmd.timer_id.as_bytes()),
-            now,
-            now,
-            &Limits::default(),
-        )
-        .expect("valid command");
-        self.offset += 1;
-        let req = ApplyRequest {
-            partition: 0,
-            epoch: self.epoch,
-            offset: self.offset,
-            timer_id: cmd.timer_id.clone(),
-            request_id: format!("r{}", self.offset),
-            application: cmd.application.clone(),
-            op,
-        };
-        let (mut applied, _) = self.store.apply(&[req], &[], now).await.expect("apply");
-        applied.remove(0)
-    }
-
-    async fn claim(&self, upto: i64, now: i64) -> ktimer::timer::Claimed {
-        let missed_before = now - Limits::default().plan.misfire_threshold_ms;
-        self.store
-            .claim(0, self.epoch, upto, 1000, missed_before, now)
-            .await
-            .expect("claim")
-    }
-}
+use ktimer::timer::{ApplyOutcome, TimerState};
 
 fn once(id: &str, at: i64) -> TimerCommand {
     TimerCommand {

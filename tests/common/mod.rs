@@ -5,7 +5,8 @@
 //!   SIGKILL and SIGSTOP);
 //! - [`world`]: servers a fault scenario owns alone (to kill, freeze or wipe them);
 //! - [`collected`]: what arrived on the fired and results topics;
-//! - [`commands`]: command builders; [`checker`]: the fault scenarios' one checker.
+//! - [`commands`]: command builders; [`checker`]: the fault scenarios' one checker;
+//! - [`store`]: a store on its own prefix, for the store-level tests.
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
@@ -15,6 +16,7 @@ pub mod collected;
 pub mod commands;
 pub mod env;
 pub mod servers;
+pub mod store;
 pub mod world;
 
 pub use collected::{Collected, Fired};

@@ -1,0 +1,64 @@
+//! A store on its own key prefix with partition 0 acquired, and the time as an argument:
+//! the harness of the store-level tests (`store.rs`, `state.rs`).
+
+use super::{servers, unique};
+use ktimer::command::TimerCommand;
+use ktimer::store::Store;
+use ktimer::timer::{Applied, ApplyRequest};
+use ktimer::validate::{validate, Limits};
+
+/// A whole minute (2027-01-15T08:00:00Z), so cron occurrences line up with it.
+pub const T0: i64 = 1_800_000_000_000;
+
+/// A store on its own key prefix, partition 0 acquired.
+pub struct World {
+    pub store: Store,
+    pub epoch: i64,
+    pub offset: i64,
+}
+
+impl World {
+    pub async fn new(name: &str) -> World {
+        let store = Store::connect(&servers().redis_url, &unique(name), "cmds", 60_000)
+            .await
+            .expect("redis");
+        let epoch = store.acquire(0, T0).await.expect("acquire");
+        World {
+            store,
+            epoch,
+            offset: 0,
+        }
+    }
+
+    /// Validates `cmd` (recorded and applied at `now`) and applies it.
+    pub async fn apply(&mut self, cmd: TimerCommand, now: i64) -> Applied {
+        let op = validate(
+            &cmd,
+            Some(cmd.timer_id.as_bytes()),
+            now,
+            now,
+            &Limits::default(),
+        )
+        .expect("valid command");
+        self.offset += 1;
+        let req = ApplyRequest {
+            partition: 0,
+            epoch: self.epoch,
+            offset: self.offset,
+            timer_id: cmd.timer_id.clone(),
+            request_id: format!("r{}", self.offset),
+            application: cmd.application.clone(),
+            op,
+        };
+        let (mut applied, _) = self.store.apply(&[req], &[], now).await.expect("apply");
+        applied.remove(0)
+    }
+
+    pub async fn claim(&self, upto: i64, now: i64) -> ktimer::timer::Claimed {
+        let missed_before = now - Limits::default().plan.misfire_threshold_ms;
+        self.store
+            .claim(0, self.epoch, upto, 1000, missed_before, now)
+            .await
+            .expect("claim")
+    }
+}
