@@ -288,7 +288,8 @@ async fn redis_killed_under_creates_loses_the_last_second() {
 }
 
 /// Partial loss, deterministic: Redis comes back from a snapshot taken before the last
-/// 500 commands were applied (and several checkpoints ago). Every accepted timer fires.
+/// 500 commands were applied (and several checkpoints ago), and before 300 timers fired.
+/// Every accepted timer fires, and those that fired before do not fire again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_back_from_an_older_snapshot_loses_nothing() {
     let mut w = World::start("snapshot", false);
@@ -296,17 +297,20 @@ async fn redis_back_from_an_older_snapshot_loses_nothing() {
     let mut got = env.collect();
     let svc = env.start().await;
     let before = spread("before", 1_000, now_ms() + 12_000, 3_000);
+    let early = spread("early", 300, now_ms() + 1_000, 500);
     send_expect(&env, &mut got, &commands(&before)).await;
+    send_expect(&env, &mut got, &commands(&early)).await;
     let mut redis = redis::Client::open(w.redis.url()).unwrap();
     let _: () = redis::cmd("SAVE").query(&mut redis).unwrap();
     // The last writes: 500 more timers, then a few checkpoints.
     let after = spread("after", 500, now_ms() + 12_000, 3_000);
     send_expect(&env, &mut got, &commands(&after)).await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The early ones fired long before the loss (beyond the checkpoint bound).
+    tokio::time::sleep(Duration::from_secs(6)).await;
     w.redis.kill();
     w.redis.restart();
     let back = now_ms();
-    let expected: Expected = before.into_iter().chain(after).collect();
+    let expected: Expected = before.into_iter().chain(after).chain(early).collect();
     let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
     check(
         "redis back from an older snapshot",

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::store::{World, T0};
+use common::store::{window, World, T0};
 use ktimer::command::{CommandKind, TimerCommand};
 use ktimer::store::{CheckpointPage, Restore};
 use ktimer::timer::TimerState;
@@ -19,11 +19,11 @@ impl Checkpoints for World {
     async fn checkpoint(&self, now: i64) -> CheckpointPage {
         let page = self
             .store
-            .checkpoint_page(0, self.epoch, now, 1000, 1000)
+            .checkpoint_page((0, self.epoch, 0), now, (1000, 1000))
             .await
             .expect("checkpoint");
         self.store
-            .checkpointed(0, self.epoch, Some(1))
+            .checkpointed((0, self.epoch, 0), Some(1))
             .await
             .expect("confirm");
         page
@@ -33,7 +33,7 @@ impl Checkpoints for World {
     async fn fire(&self, at: i64) -> Vec<String> {
         let c = self
             .store
-            .claim(0, self.epoch, at, 1000, at - 1000, at)
+            .claim(0, self.epoch, window(at, at - 1000, at))
             .await
             .expect("claim");
         let members: Vec<String> = c.fires.iter().map(|f| f.member.clone()).collect();
@@ -174,4 +174,23 @@ async fn a_restore_applies_the_fire_watermark_and_the_in_flight_list() {
     let due = r.store.cron_due(0, r.epoch, T0 + 25_000, 10).await.unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].covered_ms, T0 + 25_000);
+}
+
+#[tokio::test]
+async fn a_claim_from_redis_older_than_the_checkpoint_floor_is_refused() {
+    let mut w = World::new("older").await;
+    w.apply(once("t", T0 + 1_000), T0).await;
+    w.checkpoint(T0).await; // Redis holds checkpoint 1
+    let claim = |checkpoint| ktimer::store::ClaimWindow {
+        checkpoint,
+        ..window(T0 + 1_000, T0, T0 + 1_000)
+    };
+    let refused = w.store.claim(0, w.epoch, claim(2)).await;
+    assert!(matches!(&refused, Err(e) if e.is_fenced()), "{refused:?}");
+    let claimed = w
+        .store
+        .claim(0, w.epoch, claim(1))
+        .await
+        .expect("Redis holds the floor");
+    assert_eq!(claimed.fires.len(), 1);
 }

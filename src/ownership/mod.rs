@@ -53,21 +53,22 @@ pub enum Verdict {
     /// tasks and seek back to this offset.
     Behind(Offset),
     /// Redis lost the partition's epoch (emptied or restored from older data), or holds
-    /// a checkpoint older than the last but one: rebuild it from the state topic.
+    /// a checkpoint older than the floor: rebuild it from the state topic.
     Lost,
     /// Another instance took the partition.
     Fenced,
 }
 
 /// Compares what Redis holds with this instance's epoch `ours`, the highest offset it
-/// handled since it owns the partition, and the last checkpoint sequence it confirmed.
-pub fn verdict(ours: i64, handled: Option<i64>, sequence: i64, redis: PartitionState) -> Verdict {
+/// handled since it owns the partition, and the oldest checkpoint Redis may hold
+/// (`floor`, see [`crate::state::checkpoint::Confirmed::floor`]).
+pub fn verdict(ours: i64, handled: Option<i64>, floor: i64, redis: PartitionState) -> Verdict {
     let from = redis
         .applied
         .map_or(Offset::Beginning, |a| Offset::Offset(a + 1));
     match redis.epoch {
         Some(e) if e > ours => Verdict::Fenced,
-        Some(e) if e == ours && redis.checkpoint.unwrap_or(0) + 1 < sequence => Verdict::Lost,
+        Some(e) if e == ours && redis.checkpoint.unwrap_or(0) < floor => Verdict::Lost,
         Some(e) if e == ours => match (handled, redis.applied) {
             (Some(h), a) if a.is_none_or(|a| a < h) => Verdict::Behind(from),
             _ => Verdict::Held,
@@ -99,7 +100,7 @@ mod tests {
 
     #[test]
     fn verdicts() {
-        let v = |handled, st| verdict(5, handled, 7, st);
+        let v = |handled, st| verdict(5, handled, 6, st);
         assert_eq!(v(Some(9), state(Some(5), Some(9))), Verdict::Held);
         assert_eq!(v(None, state(Some(5), None)), Verdict::Held);
         assert_eq!(v(Some(9), state(Some(6), Some(9))), Verdict::Fenced);

@@ -36,10 +36,11 @@ impl Owned {
         self.tasks.as_ref().is_some_and(Running::ended)
     }
 
-    fn sequence(&self) -> i64 {
+    /// The oldest checkpoint Redis may hold at `now_ms` (lenient while the tasks wait).
+    fn floor(&self, now_ms: i64) -> i64 {
         self.tasks
             .as_ref()
-            .map_or(self.sequence, |r| r.checkpoint.sequence())
+            .map_or(self.sequence - 1, |r| r.checkpoint.confirmed.floor(now_ms))
     }
 
     async fn stop(self) {
@@ -260,7 +261,8 @@ impl Partitions {
             let Some(o) = self.owned.get(&p) else {
                 continue;
             };
-            let (epoch, handled, sequence) = (o.epoch, o.handled, o.sequence());
+            let now = self.tasks.trigger.clock.now_ms();
+            let (epoch, handled, floor) = (o.epoch, o.handled, o.floor(now));
             let state = match self.tasks.store.partition_state(p).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -268,7 +270,7 @@ impl Partitions {
                     continue;
                 }
             };
-            match verdict(epoch, handled, sequence, state) {
+            match verdict(epoch, handled, floor, state) {
                 Verdict::Held if o.ended() && !self.tasks.token.is_cancelled() => {
                     // Only a fence ends them otherwise; Redis says the epoch is still ours.
                     tracing::error!(partition = p, "a partition task ended; restarting them");
@@ -287,14 +289,15 @@ impl Partitions {
                     changed = true;
                 }
                 Verdict::Behind(to) => {
-                    tracing::warn!(partition = p, ?handled, redis = ?state.applied,
+                    tracing::warn!(partition = p, ?handled, redis = ?state.applied, floor,
+                        checkpoint = ?state.checkpoint,
                         "redis lost commands it had applied: replaying them before firing again");
                     self.tasks.metrics.replays.inc();
                     self.hold(p, handled).await;
                     self.seek(p, to);
                 }
                 Verdict::Lost => {
-                    tracing::warn!(partition = p, ?state, sequence,
+                    tracing::warn!(partition = p, ?state, floor,
                         "redis lost the partition (emptied, or back from older data): rebuilding it");
                     if !self.own(p, true).await {
                         return held;

@@ -5,7 +5,7 @@ use crate::metrics::Metrics;
 use crate::migrator::{self, MigratorConfig, MigratorHandle};
 use crate::shutdown::CancellationToken;
 use crate::sink::Sink;
-use crate::state::checkpoint::{self, CheckpointConfig, CheckpointHandle};
+use crate::state::checkpoint::{self, CheckpointConfig, CheckpointHandle, Confirmed};
 use crate::status::StatusTx;
 use crate::store::Store;
 use crate::trigger::{self, TriggerConfig, TriggerHandle};
@@ -64,13 +64,19 @@ impl Running {
 impl Tasks {
     /// Starts the tasks of partition `p` at `epoch`; `sequence` is the last checkpoint.
     pub fn start(&self, p: i32, epoch: i64, sequence: i64) -> Running {
+        let interval = self.checkpoint.interval.as_millis() as i64;
+        let confirmed = Arc::new(Confirmed::new(sequence, interval));
+        let cfg = TriggerConfig {
+            checkpoint: confirmed.clone(),
+            ..self.trigger.clone()
+        };
         let trigger = trigger::spawn(
             p,
             epoch,
             self.trigger_store.clone(),
             self.sink.clone(),
             &self.metrics,
-            self.trigger.clone(),
+            cfg,
             self.token.child_token(),
         );
         let wake = trigger.wake.clone();
@@ -87,7 +93,7 @@ impl Tasks {
         let held = checkpoint::Held {
             partition: p,
             epoch,
-            sequence,
+            confirmed,
         };
         let checkpoint = checkpoint::spawn(
             held,

@@ -36,17 +36,57 @@ pub struct CheckpointConfig {
     pub clock: Clock,
 }
 
+/// The last checkpoint the broker acknowledged and Redis recorded, shared by a
+/// partition's checkpoint task (which raises it) and its trigger and ownership check
+/// (which compare Redis with it).
+#[derive(Debug, Default)]
+pub struct Confirmed {
+    sequence: AtomicI64,
+    at_ms: AtomicI64,
+    interval_ms: i64,
+}
+
+impl Confirmed {
+    /// Checkpoint `sequence`, confirmed long ago; checkpoints every `interval_ms`.
+    pub fn new(sequence: i64, interval_ms: i64) -> Confirmed {
+        Confirmed {
+            sequence: AtomicI64::new(sequence),
+            at_ms: AtomicI64::new(0),
+            interval_ms,
+        }
+    }
+
+    /// The last sequence confirmed.
+    pub fn sequence(&self) -> i64 {
+        self.sequence.load(Ordering::Relaxed)
+    }
+
+    fn confirm(&self, sequence: i64, at_ms: i64) {
+        self.at_ms.store(at_ms, Ordering::Relaxed);
+        self.sequence.store(sequence, Ordering::Relaxed);
+    }
+
+    /// The oldest checkpoint Redis may hold at `now_ms`: the last one, or the one before
+    /// while the last is younger than one and a half intervals (Redis may have lost just
+    /// its confirmation, with a second of writes). Older means Redis came back from data
+    /// that lacks acknowledgements older than that: it must be rebuilt.
+    pub fn floor(&self, now_ms: i64) -> i64 {
+        let young = now_ms - self.at_ms.load(Ordering::Relaxed) <= self.interval_ms * 3 / 2;
+        self.sequence() - i64::from(young)
+    }
+}
+
 /// A running checkpoint task.
 pub struct CheckpointHandle {
-    /// The sequence of the last checkpoint the broker acknowledged.
-    pub sequence: Arc<AtomicI64>,
+    /// The last checkpoint confirmed.
+    pub confirmed: Arc<Confirmed>,
     task: Stoppable,
 }
 
 impl CheckpointHandle {
     /// The last checkpoint sequence acknowledged.
     pub fn sequence(&self) -> i64 {
-        self.sequence.load(Ordering::Relaxed)
+        self.confirmed.sequence()
     }
 
     /// Whether the task ended.
@@ -61,14 +101,15 @@ impl CheckpointHandle {
 }
 
 /// Which partition a checkpoint task serves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Held {
     /// Commands-topic partition.
     pub partition: i32,
     /// The epoch held.
     pub epoch: i64,
-    /// The last checkpoint sequence Redis confirmed.
-    pub sequence: i64,
+    /// The last checkpoint Redis confirmed; the task raises it after each checkpoint
+    /// (the partition's trigger reads it).
+    pub confirmed: Arc<Confirmed>,
 }
 
 /// Starts the checkpoint task of a held partition.
@@ -76,7 +117,7 @@ pub fn spawn(
     Held {
         partition,
         epoch,
-        sequence,
+        confirmed,
     }: Held,
     store: Store,
     sink: Arc<Sink>,
@@ -84,7 +125,6 @@ pub fn spawn(
     metrics: &Metrics,
     token: CancellationToken,
 ) -> CheckpointHandle {
-    let seq = Arc::new(AtomicI64::new(sequence));
     let retry = Retry::new("checkpoint", &token)
         .partition(partition)
         .counting(metrics.redis_errors.with_label_values(&["checkpoint"]));
@@ -94,12 +134,12 @@ pub fn spawn(
         store,
         sink,
         cfg,
-        sequence: seq.clone(),
+        confirmed: confirmed.clone(),
         last: None,
         token: token.clone(),
     };
     CheckpointHandle {
-        sequence: seq,
+        confirmed,
         task: Stoppable::spawn(token, c.run(retry)),
     }
 }
@@ -110,9 +150,10 @@ struct Checkpointer {
     store: Store,
     sink: Arc<Sink>,
     cfg: CheckpointConfig,
-    sequence: Arc<AtomicI64>,
-    /// The applied offset and in-flight list of the last checkpoint written.
-    last: Option<(i64, Vec<String>)>,
+    confirmed: Arc<Confirmed>,
+    /// The reflected offset, acknowledgement counter and in-flight list of the last
+    /// checkpoint written.
+    last: Option<(i64, i64, Vec<String>)>,
     token: CancellationToken,
 }
 
@@ -155,15 +196,11 @@ impl Checkpointer {
         let mut wrote = false;
         loop {
             let now = self.cfg.clock.now_ms();
+            // Redis back from older data: its states must never reach the state topic.
+            let held = (self.partition, self.epoch, self.confirmed.floor(now));
             let page = self
                 .store
-                .checkpoint_page(
-                    self.partition,
-                    self.epoch,
-                    now,
-                    self.cfg.page,
-                    self.cfg.in_flight,
-                )
+                .checkpoint_page(held, now, (self.cfg.page, self.cfg.in_flight))
                 .await?;
             wrote |= !page.timers.is_empty();
             let mut sent = Vec::with_capacity(page.timers.len() + 1);
@@ -196,12 +233,10 @@ impl Checkpointer {
                 delivered(f).await?;
             }
             let seq = record.as_ref().map(|c| c.sequence);
-            self.store
-                .checkpointed(self.partition, self.epoch, seq)
-                .await?;
+            self.store.checkpointed(held, seq).await?;
             if let Some(c) = record {
-                self.sequence.store(c.sequence, Ordering::Relaxed);
-                self.last = Some((c.commands_offset, c.in_flight));
+                self.confirmed.confirm(c.sequence, self.cfg.clock.now_ms());
+                self.last = Some((c.commands_offset, page.acks, c.in_flight));
             }
             if done {
                 return Ok(());
@@ -209,16 +244,18 @@ impl Checkpointer {
         }
     }
 
-    /// Whether the page's offset or in-flight list differ from the last checkpoint's.
+    /// Whether commands were applied, fires acknowledged or the in-flight list changed
+    /// since the last checkpoint (a Redis back from older data then shows an older
+    /// sequence, so its stale fires are never claimed).
     fn changed(&self, page: &CheckpointPage) -> bool {
-        self.last
-            .as_ref()
-            .is_none_or(|(applied, flight)| *applied != page.applied || *flight != page.in_flight)
+        self.last.as_ref().is_none_or(|(applied, acks, flight)| {
+            *applied != page.applied || *acks != page.acks || *flight != page.in_flight
+        })
     }
 
     fn record(&self, page: &CheckpointPage, now: i64) -> Checkpoint {
         Checkpoint {
-            sequence: self.sequence.load(Ordering::Relaxed) + 1,
+            sequence: self.confirmed.sequence() + 1,
             epoch: self.epoch,
             commands_offset: page.applied,
             acked_through_ms: page.acked_through_ms,
@@ -235,5 +272,24 @@ fn to_record(fields: &[(String, Vec<u8>)]) -> TimerFields {
             .iter()
             .map(|(k, v)| (k.clone(), serde_bytes::ByteBuf::from(v.clone())))
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Confirmed;
+
+    #[test]
+    fn redis_may_lag_one_checkpoint_only_while_the_last_is_young() {
+        let c = Confirmed::new(5, 1_000);
+        assert_eq!(c.floor(10_000), 5, "confirmed long ago: Redis must hold it");
+        c.confirm(6, 10_000);
+        assert_eq!(
+            c.floor(10_500),
+            5,
+            "just confirmed: Redis may have lost that write"
+        );
+        assert_eq!(c.floor(11_500), 5);
+        assert_eq!(c.floor(11_501), 6);
     }
 }

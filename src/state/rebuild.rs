@@ -159,7 +159,13 @@ struct EndIsNoError;
 
 impl ClientContext for EndIsNoError {
     fn error(&self, error: KafkaError, reason: &str) {
-        if !matches!(error, KafkaError::PartitionEOF(_)) {
+        use rdkafka::types::RDKafkaErrorCode::PartitionEOF;
+        let end = match &error {
+            KafkaError::PartitionEOF(_) => true,
+            KafkaError::Global(code) => *code == PartitionEOF,
+            _ => false,
+        };
+        if !end {
             tracing::warn!(%error, reason, "state topic reader");
         }
     }

@@ -8,13 +8,15 @@
 -- writes its state, or its tombstone).
 -- A one-shot timer whose state was never written owes nothing: it only leaves the
 -- deferred sets.
+-- Every call counts in the acknowledgement counter (a checkpoint is due after fires).
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 deferred by due,
---       6 deferred by first offset
+--       6 deferred by first offset, 7 acknowledgement counter
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 retention ms, 4.. members
 -- Returns the number of members removed, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
+redis.call('INCR', KEYS[7])
 local n = 0
 -- Members to remove from the in-flight set, removed together at the end.
 local gone = {}

@@ -6,11 +6,14 @@
 -- the fire watermark: every fire due at or before it was acknowledged, except the
 -- in-flight members listed.
 -- KEYS: 1 epoch, 2 dirty set, 3 pending set, 4 slice index, 5 in-flight set,
---       6 applied offset, 7 deferred timers by due, 8 deferred timers by first offset
+--       6 applied offset, 7 deferred timers by due, 8 deferred timers by first offset,
+--       9 acknowledgement counter, 10 checkpoint sequence
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 slice key prefix, 4 now ms, 5 most
---       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms
--- Returns {'fenced'}, or {left, acked through ms, reflected offset, m, m in-flight
--- members, then per timer: id, n, n field/value pairs}; left is the number of timers
+--       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
+--       oldest checkpoint sequence Redis may hold (older: Redis came back from older
+--       data, whose states must never reach the state topic: 'fenced')
+-- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
+-- counter, m, m in-flight members, then per timer: id, n, n field/value pairs}; left is the number of timers
 -- still dirty (a checkpoint is complete only with a page that leaves none); n = -1 is a
 -- tombstone (the timer can never fire again).
 -- Invariants:
@@ -23,6 +26,9 @@
 -- * the watermark is at most now, below the first pending slice member, and below the
 --   first in-flight member not listed.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {'fenced'}
+end
+if tonumber(redis.call('GET', KEYS[10]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
 local TERMINAL = {fired = 1, completed = 1, cancelled = 1, dead_lettered = 1}
@@ -81,7 +87,8 @@ local oldest = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 if #oldest > 0 and tonumber(oldest[2]) - 1 < reflected then
   reflected = tonumber(oldest[2]) - 1
 end
-local out = {redis.call('ZCARD', KEYS[2]), through, string.format('%d', reflected), m}
+local out = {redis.call('ZCARD', KEYS[2]), through, string.format('%d', reflected),
+  redis.call('GET', KEYS[9]) or '0', m}
 for i = 1, m do
   out[#out + 1] = flight[2 * i - 1]
 end

@@ -1,15 +1,21 @@
 -- Claims the fires of a partition that are due up to a bound: moves them from their
 -- minute slices into the in-flight set, in one atomic step, so a crash between claim and
 -- delivery never loses them (whoever owns the partition next re-drives the in-flight set).
--- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set
+-- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
+--       6 checkpoint sequence
 -- ARGV: 1 expected epoch, 2 claim fires due <= this ms, 3 max fires, 4 slice key prefix,
 --       5 timer key prefix, 6 occurrences due before this ms were missed, 7 now ms,
---       8 retention ms
+--       8 retention ms, 9 the oldest checkpoint sequence Redis may hold
 -- Returns {next due ms or '', member, definition, member, definition, ...}, or {'fenced'}.
 -- Members of timers that were paused, cancelled or changed (older version) are dropped.
 -- Cron members also obey the timer's maximum number of fires and its misfire policy
 -- (misfire.lua, prepended).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {'fenced'}
+end
+-- Redis back from data older than that: its slices hold fires acknowledged since.
+-- Nothing is claimed; the owner rebuilds the partition.
+if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
 local upto = tonumber(ARGV[2])

@@ -9,18 +9,29 @@ use crate::timer::{Claimed, Fire};
 /// How many in-flight members one recover page asks ZSCAN for.
 const RECOVER_PAGE: usize = 500;
 
+/// What one claim asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimWindow {
+    /// Fires due at or before this instant.
+    pub upto_ms: i64,
+    /// At most this many.
+    pub limit: usize,
+    /// Cron occurrences due before this were missed: their misfire policy decides.
+    pub missed_before_ms: i64,
+    /// Now.
+    pub now_ms: i64,
+    /// The oldest checkpoint Redis may hold: one older came back from older data, and
+    /// the claim is refused ("fenced").
+    pub checkpoint: i64,
+}
+
 impl Store {
-    /// Claims up to `limit` fires of `partition` due at or before `upto_ms`, at `now_ms`.
-    /// Cron occurrences due before `missed_before_ms` were missed: their timer's misfire
-    /// policy decides whether they fire.
+    /// Claims the fires of `partition` in window `w`.
     pub async fn claim(
         &self,
         partition: i32,
         epoch: i64,
-        upto_ms: i64,
-        limit: usize,
-        missed_before_ms: i64,
-        now_ms: i64,
+        w: ClaimWindow,
     ) -> Result<Claimed, StoreError> {
         let k = self.keys(partition);
         let mut inv = self.scripts.claim.prepare_invoke();
@@ -29,14 +40,16 @@ impl Store {
             .key(k.inflight())
             .key(k.cron())
             .key(k.dirty())
+            .key(k.checkpoint())
             .arg(epoch)
-            .arg(upto_ms)
-            .arg(limit)
+            .arg(w.upto_ms)
+            .arg(w.limit)
             .arg(k.slice_prefix())
             .arg(k.timer_prefix())
-            .arg(missed_before_ms)
-            .arg(now_ms)
-            .arg(self.retention_ms);
+            .arg(w.missed_before_ms)
+            .arg(w.now_ms)
+            .arg(self.retention_ms)
+            .arg(w.checkpoint);
         let reply: Vec<Vec<u8>> = self.listed(partition, &inv).await?;
         let mut it = reply.into_iter();
         let head = it.next().unwrap_or_default();
@@ -113,6 +126,7 @@ impl Store {
             .key(k.dirty())
             .key(k.deferred())
             .key(k.deferred_offsets())
+            .key(k.acks())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(self.retention_ms);

@@ -62,6 +62,10 @@ impl Keys {
     pub fn pending(&self) -> String {
         self.key("pending")
     }
+    /// Acknowledgement calls so far (string counter): a checkpoint is due when it moved.
+    pub fn acks(&self) -> String {
+        self.key("acks")
+    }
     /// Sequence of the last checkpoint confirmed in the state topic (string).
     pub fn checkpoint(&self) -> String {
         self.key("ckpt")
@@ -149,6 +153,7 @@ mod tests {
             k.deferred(),
             k.deferred_offsets(),
             k.checkpoint(),
+            k.acks(),
             k.timer("x"),
         ] {
             assert!(key.starts_with("kt:{cmds:3}:"), "{key}");

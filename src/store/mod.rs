@@ -35,6 +35,7 @@ mod view;
 pub use apply::Mark;
 pub use cron::CronDue;
 pub use epoch::PartitionState;
+pub use fires::ClaimWindow;
 pub use keys::Keys;
 pub use state::{CheckpointPage, Fields, Restore};
 pub use view::{DeadLetters, TimerView};

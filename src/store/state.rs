@@ -18,6 +18,9 @@ pub struct CheckpointPage {
     /// The highest commands-topic offset the state topic reflects once this page is
     /// written: the applied offset, or below the first command of a deferred timer.
     pub applied: i64,
+    /// The partition's acknowledgement counter: fires were acknowledged since a page
+    /// that read another value.
+    pub acks: i64,
     /// Fire members claimed and not acknowledged.
     pub in_flight: Vec<String>,
     /// The page's timers: their fields, or `None` for a tombstone.
@@ -46,15 +49,14 @@ pub const DEFER_GRACE_MS: i64 = 5_000;
 const WIPE_PAGE: usize = 1000;
 
 impl Store {
-    /// Takes one page of `partition`'s checkpoint at `now_ms`: up to `max_timers` changed
-    /// timers and up to `max_in_flight` in-flight members.
+    /// Takes one page of `partition`'s checkpoint at `now_ms`: up to `limits.0` changed
+    /// timers and up to `limits.1` in-flight members; fenced when Redis holds a checkpoint
+    /// older than `floor`.
     pub async fn checkpoint_page(
         &self,
-        partition: i32,
-        epoch: i64,
+        (partition, epoch, floor): (i32, i64, i64),
         now_ms: i64,
-        max_timers: usize,
-        max_in_flight: usize,
+        (max_timers, max_in_flight): (usize, usize),
     ) -> Result<CheckpointPage, StoreError> {
         let k = self.keys(partition);
         let mut inv = self.scripts.checkpoint.prepare_invoke();
@@ -66,6 +68,8 @@ impl Store {
             .key(k.offset())
             .key(k.deferred())
             .key(k.deferred_offsets())
+            .key(k.acks())
+            .key(k.checkpoint())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(k.slice_prefix())
@@ -73,7 +77,8 @@ impl Store {
             .arg(max_timers)
             .arg(max_in_flight)
             .arg(DEFER_MS)
-            .arg(DEFER_GRACE_MS);
+            .arg(DEFER_GRACE_MS)
+            .arg(floor);
         let mut p = redis::pipe();
         p.invoke_script(&inv);
         let (reply,): (Vec<Value>,) = self.run(&p).await?;
@@ -81,11 +86,11 @@ impl Store {
     }
 
     /// Confirms the last page of `partition`'s checkpoint: its records were acknowledged;
-    /// with `sequence`, it completed that checkpoint.
+    /// with `sequence`, it completed that checkpoint. Fenced when Redis holds a checkpoint
+    /// older than `floor`.
     pub async fn checkpointed(
         &self,
-        partition: i32,
-        epoch: i64,
+        (partition, epoch, floor): (i32, i64, i64),
         sequence: Option<i64>,
     ) -> Result<(), StoreError> {
         let k = self.keys(partition);
@@ -94,7 +99,8 @@ impl Store {
             .key(k.pending())
             .key(k.checkpoint())
             .arg(epoch)
-            .arg(sequence.map(|s| s.to_string()).unwrap_or_default());
+            .arg(sequence.map(|s| s.to_string()).unwrap_or_default())
+            .arg(floor);
         self.counted(partition, &inv).await.map(|_| ())
     }
 
@@ -188,6 +194,7 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
         left: int(first)? as u64,
         acked_through_ms: int(next()?)?,
         applied: text(next()?)?.parse().map_err(bad_reply)?,
+        acks: text(next()?)?.parse().map_err(bad_reply)?,
         ..Default::default()
     };
     let m = int(next()?)?;

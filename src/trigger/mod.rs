@@ -37,6 +37,7 @@ use crate::metrics::Metrics;
 use crate::retry::Backoff;
 use crate::shutdown::{CancellationToken, Stoppable};
 use crate::sink::Sink;
+use crate::state::checkpoint::Confirmed;
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +62,10 @@ pub struct TriggerConfig {
     pub lease: Duration,
     /// The clock.
     pub clock: Clock,
+    /// The partition's last checkpoint confirmed (shared with its checkpoint task; one
+    /// per partition, set when its tasks start): claims from a Redis that came back older
+    /// than [`Confirmed::floor`] are refused.
+    pub checkpoint: Arc<Confirmed>,
 }
 
 impl From<&RunArgs> for TriggerConfig {
@@ -78,6 +83,7 @@ impl From<&RunArgs> for TriggerConfig {
             misfire_threshold_ms: a.misfire_threshold_ms,
             lease: LEASE,
             clock: Clock::System,
+            checkpoint: Arc::default(),
         }
     }
 }

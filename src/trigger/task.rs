@@ -8,7 +8,7 @@ use crate::metrics::Metrics;
 use crate::retry::Retry;
 use crate::shutdown::CancellationToken;
 use crate::sink::{Sink, SinkError};
-use crate::store::{Store, StoreError};
+use crate::store::{ClaimWindow, Store, StoreError};
 use crate::timer::Fire;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -180,15 +180,15 @@ impl Trigger {
         let issued = self.lease.issue();
         let missed_before = now - c.misfire_threshold_ms;
         let upto = now + c.claim_ahead_ms;
+        let window = ClaimWindow {
+            upto_ms: upto,
+            limit: c.claim_batch,
+            missed_before_ms: missed_before,
+            now_ms: now,
+            checkpoint: c.checkpoint.floor(now),
+        };
         let claimed = (self.store)
-            .claim(
-                self.partition,
-                self.epoch,
-                upto,
-                c.claim_batch,
-                missed_before,
-                now,
-            )
+            .claim(self.partition, self.epoch, window)
             .await?;
         self.lease.confirm(issued);
         let full = claimed.fires.len() >= self.cfg.claim_batch;

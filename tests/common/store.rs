@@ -57,8 +57,19 @@ impl World {
     pub async fn claim(&self, upto: i64, now: i64) -> ktimer::timer::Claimed {
         let missed_before = now - Limits::default().plan.misfire_threshold_ms;
         self.store
-            .claim(0, self.epoch, upto, 1000, missed_before, now)
+            .claim(0, self.epoch, window(upto, missed_before, now))
             .await
             .expect("claim")
+    }
+}
+
+/// A claim of up to 1000 fires due up to `upto`, at `now`, by an owner with no checkpoint.
+pub fn window(upto: i64, missed_before: i64, now: i64) -> ktimer::store::ClaimWindow {
+    ktimer::store::ClaimWindow {
+        upto_ms: upto,
+        limit: 1000,
+        missed_before_ms: missed_before,
+        now_ms: now,
+        checkpoint: 0,
     }
 }
