@@ -153,7 +153,8 @@ pub struct RunArgs {
     /// How often each partition's changed timers and fire watermark are checkpointed to
     /// the state topic; fires acknowledged within one interval before Redis loses data
     /// fire again after the rebuild.
-    #[arg(long, env = "KTIMER_CHECKPOINT_INTERVAL_MS", default_value_t = 1_000)]
+    #[arg(long, env = "KTIMER_CHECKPOINT_INTERVAL_MS", default_value_t = 1_000,
+        value_parser = clap::value_parser!(u64).range(1..))]
     pub checkpoint_interval_ms: u64,
     /// Cron occurrences are materialised into Redis this far ahead (ms).
     #[arg(long, env = "KTIMER_CRON_WINDOW_MS", default_value_t = 3_600_000)]
