@@ -22,14 +22,17 @@ async fn sleep_until(at_ms: i64) {
     tokio::time::sleep(Duration::from_millis(d)).await;
 }
 
-/// Sends `cmds` and waits until each was answered with `outcome`.
+/// Whether a command took effect: accepted, or found applied already (an apply retried
+/// after Redis timed out, or replayed after a loss, answers DUPLICATE).
+fn applied(o: Outcome) -> bool {
+    matches!(o, Outcome::Accepted | Outcome::Duplicate)
+}
+
+/// Sends `cmds` and waits until each was answered and took effect.
 async fn send_expect(env: &TestEnv, got: &mut common::Collected, cmds: &[TimerCommand]) {
     env.send_many(cmds).await;
     let rs = got.results(cmds.len(), MIN).await;
-    let bad: Vec<_> = rs
-        .iter()
-        .filter(|r| r.outcome != Outcome::Accepted)
-        .collect();
+    let bad: Vec<_> = rs.iter().filter(|r| !applied(r.outcome)).collect();
     assert!(
         bad.is_empty(),
         "not accepted: {:?}",
@@ -217,7 +220,7 @@ async fn stream(
     }
     answered
         .into_iter()
-        .filter(|(_, o)| *o == Outcome::Accepted)
+        .filter(|(_, o)| applied(*o))
         .map(|(id, _)| {
             let due = expected[&id];
             (id, due)

@@ -207,11 +207,30 @@ impl Partitions {
             .filter(|&last| last >= r.replay_from);
         let hold = o.hold_until.is_some();
         self.owned.insert(p, o);
-        self.seek(p, Offset::Offset(r.replay_from));
+        // Commands after the group's committed offset may have been applied (and
+        // checkpointed) but never answered by a previous owner: they are read again too.
+        let from = self
+            .committed(p)
+            .map_or(r.replay_from, |c| c.min(r.replay_from));
+        self.seek(p, Offset::Offset(from));
         if !hold {
             self.release(p);
         }
         true
+    }
+
+    /// The group's committed offset of partition `p`, if it has one.
+    fn committed(&self, p: i32) -> Option<i64> {
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition(&self.topic, p);
+        let c = self
+            .consumer
+            .committed_offsets(tpl, Duration::from_secs(5))
+            .ok()?;
+        match c.find_partition(&self.topic, p)?.offset() {
+            Offset::Offset(n) => Some(n),
+            _ => None,
+        }
     }
 
     /// The last offset of partition `p` of the commands topic, if it has records.
