@@ -16,6 +16,7 @@
 //! | `PREFIX:{topic:p}:dirty` | zset | timers changed since the last checkpoint (their state goes to the state topic), scored by the first command that changed them (`inf`: a fire) |
 //! | `PREFIX:{topic:p}:deferred`, `...:deferred:off` | zset | one-shot timers never written and due within 10 s (by due, and by first command offset): written only if still scheduled 5 s after due; the checkpoint's command offset stays below them |
 //! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |
+//! | `PREFIX:{topic:p}:acks` | string | acknowledgement calls so far: a checkpoint is due when it moved |
 //! | `PREFIX:{topic:p}:ckpt` | string | sequence of the last checkpoint confirmed in the state topic; older than the owner's means Redis came back from older data |
 //!
 //! One file per script family: [`apply`] (commands and offset marks), [`fires`] (claim,
