@@ -51,7 +51,7 @@ fn update_at(id: &str, at_ms: i64) -> TimerCommand {
     }
 }
 
-/// Fires per timer id, then per (timer id, due).
+/// Fires per timer id.
 fn by_timer(fires: &[Fired]) -> HashMap<&str, Vec<&Fired>> {
     let mut m: HashMap<&str, Vec<&Fired>> = HashMap::new();
     for f in fires {

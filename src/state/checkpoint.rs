@@ -17,7 +17,7 @@ use crate::retry::Retry;
 use crate::shutdown::{CancellationToken, Stoppable};
 use crate::sink::{delivered, Sink};
 use crate::store::{CheckpointPage, Store};
-use crate::timer::{Checkpoint, TimerFields};
+use crate::timer::Checkpoint;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -205,10 +205,7 @@ impl Checkpointer {
             wrote |= !page.timers.is_empty();
             let mut sent = Vec::with_capacity(page.timers.len() + 1);
             for (id, fields) in &page.timers {
-                let value = fields
-                    .as_ref()
-                    .map(|f| encode_timer_state(&to_record(f)))
-                    .transpose()?;
+                let value = fields.as_ref().map(encode_timer_state).transpose()?;
                 sent.push(
                     self.sink
                         .send_state(self.partition, id.as_bytes(), value.as_deref())
@@ -262,16 +259,6 @@ impl Checkpointer {
             in_flight: page.in_flight.clone(),
             written_at_ms: now,
         }
-    }
-}
-
-/// A timer's hash fields as a state record.
-fn to_record(fields: &[(String, Vec<u8>)]) -> TimerFields {
-    TimerFields {
-        fields: fields
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_bytes::ByteBuf::from(v.clone())))
-            .collect(),
     }
 }
 

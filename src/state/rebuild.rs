@@ -101,19 +101,11 @@ pub async fn rebuild(
 
 /// What to restore of timer `id`: its fields and its in-flight fires.
 fn restore_of(snapshot: &Snapshot, id: &str, t: TimerFields) -> Restore {
-    let version = t
-        .fields
-        .get(crate::store::keys::field::VERSION)
-        .map(|v| v.to_vec())
-        .unwrap_or_default();
+    let version = t.fields.get(crate::store::keys::field::VERSION);
     Restore {
         timer_id: id.to_string(),
-        in_flight: snapshot.in_flight(id, &version),
-        fields: t
-            .fields
-            .into_iter()
-            .map(|(k, v)| (k, v.into_vec()))
-            .collect(),
+        in_flight: snapshot.in_flight(id, version.map_or(&[][..], |v| v.as_slice())),
+        fields: t,
     }
 }
 

@@ -42,23 +42,69 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - grace, 'L
   redis.call('ZADD', KEYS[2], 'LT', first, id)
 end
 
+-- Each timer is read once (HGETALL): the read decides whether it is deferred and is
+-- what the page answers. `emit` collects the answer's timer part.
+local emit, emitted = {}, {}
+
+-- The named fields of a HGETALL reply.
+local function fields(h)
+  local f = {}
+  for i = 1, #h, 2 do
+    f[h[i]] = h[i + 1]
+  end
+  return f
+end
+
+-- Answers timer `id` (hash reply `h`): its fields, a tombstone, or nothing (it ended
+-- before any state of it was written).
+local function answer(id, h)
+  if emitted[id] then
+    return
+  end
+  emitted[id] = true
+  local f = fields(h)
+  if #h == 0 or (TERMINAL[f.st] and f.p) then
+    emit[#emit + 1] = id
+    emit[#emit + 1] = -1
+  elseif not TERMINAL[f.st] then
+    if not f.p then
+      redis.call('HSET', ARGV[2] .. id, 'p', 1)
+      h[#h + 1] = 'p'
+      h[#h + 1] = '1'
+    end
+    emit[#emit + 1] = id
+    emit[#emit + 1] = #h / 2
+    for i = 1, #h do
+      emit[#emit + 1] = h[i]
+    end
+  end
+end
+
+-- A page whose records were not confirmed is answered again first.
+local leftover = redis.call('SMEMBERS', KEYS[3])
+for _, id in ipairs(leftover) do
+  answer(id, redis.call('HGETALL', ARGV[2] .. id))
+end
+
 -- Moves a page of the dirty set to the pending set, deferring timers due soon.
-local want = tonumber(ARGV[5]) - redis.call('SCARD', KEYS[3])
+local want = tonumber(ARGV[5]) - #leftover
 if want > 0 then
   local page = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
   for i = 1, #page, 2 do
     local id, first = page[i], page[i + 1]
     redis.call('ZREM', KEYS[2], id)
-    local t = redis.call('HMGET', ARGV[2] .. id, 'st', 'k', 'due', 'p')
-    local due = tonumber(t[3] or '0')
-    if t[1] == 'scheduled' and t[2] == 'o' and not t[4] and due <= now + defer and due > now - grace then
+    local h = redis.call('HGETALL', ARGV[2] .. id)
+    local t = fields(h)
+    local due = tonumber(t.due or '0')
+    if t.st == 'scheduled' and t.k == 'o' and not t.p and due <= now + defer and due > now - grace then
       redis.call('ZADD', KEYS[7], due, id)
       redis.call('ZADD', KEYS[8], 'LT', first, id)
     else
       redis.call('ZREM', KEYS[7], id)
       redis.call('ZREM', KEYS[8], id)
-      if t[4] or not TERMINAL[t[1]] then
+      if t.p or not TERMINAL[t.st] then
         redis.call('SADD', KEYS[3], id)
+        answer(id, h)
       end
     end
   end
@@ -92,31 +138,7 @@ local out = {redis.call('ZCARD', KEYS[2]), through, string.format('%d', reflecte
 for i = 1, m do
   out[#out + 1] = flight[2 * i - 1]
 end
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  local tkey = ARGV[2] .. id
-  local h = redis.call('HGETALL', tkey)
-  local st, p
-  for i = 1, #h, 2 do
-    if h[i] == 'st' then
-      st = h[i + 1]
-    elseif h[i] == 'p' then
-      p = true
-    end
-  end
-  if #h == 0 or (TERMINAL[st] and p) then
-    out[#out + 1] = id
-    out[#out + 1] = -1
-  elseif not TERMINAL[st] then
-    if not p then
-      redis.call('HSET', tkey, 'p', 1)
-      h[#h + 1] = 'p'
-      h[#h + 1] = '1'
-    end
-    out[#out + 1] = id
-    out[#out + 1] = #h / 2
-    for i = 1, #h do
-      out[#out + 1] = h[i]
-    end
-  end
+for i = 1, #emit do
+  out[#out + 1] = emit[i]
 end
 return out

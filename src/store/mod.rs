@@ -38,7 +38,7 @@ pub use cron::CronDue;
 pub use epoch::PartitionState;
 pub use fires::ClaimWindow;
 pub use keys::Keys;
-pub use state::{CheckpointPage, Fields, Restore};
+pub use state::{CheckpointPage, Restore};
 pub use view::{DeadLetters, TimerView};
 
 use crate::retry::Retryable;

@@ -3,10 +3,8 @@
 //! wiping a partition whose Redis data is too old to keep.
 
 use super::{bad_reply, Store, StoreError};
+use crate::timer::TimerFields;
 use redis::Value;
-
-/// A timer's fields, name and value, as its hash holds them.
-pub type Fields = Vec<(String, Vec<u8>)>;
 
 /// One page of a partition's checkpoint (see `checkpoint.lua`).
 #[derive(Debug, Default)]
@@ -24,7 +22,7 @@ pub struct CheckpointPage {
     /// Fire members claimed and not acknowledged.
     pub in_flight: Vec<String>,
     /// The page's timers: their fields, or `None` for a tombstone.
-    pub timers: Vec<(String, Option<Fields>)>,
+    pub timers: Vec<(String, Option<TimerFields>)>,
 }
 
 /// A timer to restore: its fields and the due instants of its fires that were in flight.
@@ -35,7 +33,7 @@ pub struct Restore {
     /// Due instants of its in-flight fires (they go back in flight).
     pub in_flight: Vec<i64>,
     /// Its fields.
-    pub fields: Fields,
+    pub fields: TimerFields,
 }
 
 /// A one-shot timer never written and due within this many ms is not written yet (most
@@ -138,9 +136,9 @@ impl Store {
             for d in &t.in_flight {
                 inv.arg(d);
             }
-            inv.arg(t.fields.len());
-            for (name, value) in &t.fields {
-                inv.arg(name).arg(value);
+            inv.arg(t.fields.fields.len());
+            for (name, value) in &t.fields.fields {
+                inv.arg(name).arg(value.as_slice());
             }
         }
         self.counted(partition, &inv).await
@@ -209,13 +207,13 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
             page.timers.push((id, None));
             continue;
         }
-        let mut fields = Vec::with_capacity(n as usize);
+        let mut fields = TimerFields::default();
         for _ in 0..n {
             let (Some(name), Some(value)) = (it.next(), it.next()) else {
                 return Err(bad_reply("short field list"));
             };
             let value: Vec<u8> = redis::from_redis_value(value).map_err(bad_reply)?;
-            fields.push((text(name)?, value));
+            fields.fields.insert(text(name)?, value.into());
         }
         page.timers.push((id, Some(fields)));
     }
