@@ -57,7 +57,7 @@ impl ConsumerContext for IntakeContext {
         let parts = partitions(tpl);
         let (res, ev) = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let behind = self.set_replay_offsets(consumer, tpl);
+                let behind = self.behind_committed(consumer, tpl);
                 let parts = parts
                     .into_iter()
                     .map(|p| (p, behind.contains(&p)))
@@ -90,14 +90,13 @@ impl ConsumerContext for IntakeContext {
 }
 
 impl IntakeContext {
-    /// Sets the start offset of every assigned partition whose Redis state is behind the
-    /// group's committed offset to the first offset Redis lacks, and returns those
-    /// partitions. If Redis cannot be read now, the intake's periodic check catches up
-    /// later.
-    fn set_replay_offsets(
+    /// The assigned partitions whose Redis state is behind the group's committed offset
+    /// (they are rebuilt, and the rebuild says where to read from). If Redis cannot be
+    /// read now, the intake's periodic check catches up later.
+    fn behind_committed(
         &self,
         consumer: &BaseConsumer<Self>,
-        tpl: &mut TopicPartitionList,
+        tpl: &TopicPartitionList,
     ) -> Vec<i32> {
         let mut behind = Vec::new();
         let parts = partitions(tpl);
@@ -127,9 +126,6 @@ impl IntakeContext {
                 tracing::warn!(partition = p, ?handled, committed = next, from = ?from,
                     "redis is behind the committed offset (it lost data): rebuilding the partition");
                 behind.push(p);
-                if let Err(e) = tpl.set_partition_offset(&self.topic, p, from) {
-                    tracing::error!(partition = p, error = %e, "cannot set the replay offset");
-                }
             }
         }
         behind

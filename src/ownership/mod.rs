@@ -34,9 +34,9 @@ pub use tasks::{Running, Tasks};
 use crate::store::PartitionState;
 use rdkafka::Offset;
 
-/// Where to start consuming when Redis handled up to `handled` and the group committed
+/// The first command Redis lacks when it handled up to `handled` and the group committed
 /// `next` (the next offset to read); `None` when Redis is not behind, or has nothing of
-/// the partition (then it is rebuilt from the state topic, which says where to start).
+/// the partition. A partition with `Some` is rebuilt at assignment.
 pub fn replay_from(handled: Option<i64>, next: i64) -> Option<Offset> {
     match handled {
         Some(h) if h + 1 < next => Some(Offset::Offset(h + 1)),
