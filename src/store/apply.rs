@@ -5,8 +5,8 @@ use super::{bad_reply, Store, StoreError};
 use crate::codec;
 use crate::command::MisfirePolicy;
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op, Schedule, TimerDef, TimerState};
-use redis::{FromRedisValue, ScriptInvocation, ToRedisArgs};
-use std::collections::HashMap;
+use redis::{FromRedisValue, Pipeline, ScriptInvocation, ToRedisArgs};
+use std::collections::{BTreeMap, HashMap};
 
 /// Most commands of one partition applied in one script call: bounds how long one call
 /// keeps Redis busy (a claim waits behind it) to a couple of ms.
@@ -31,7 +31,7 @@ pub struct Mark {
 }
 
 impl Store {
-    /// Applies commands in one pipeline (per-partition order is kept), then records per
+    /// Applies commands in one pipeline per partition (their order is kept), then records per
     /// partition the highest offset handled (applied or rejected before Redis) under its
     /// epoch. Returns what each command did and the partitions whose epoch moved (nothing
     /// was recorded for them). `now_ms` dates the cron windows' refill times.
@@ -51,8 +51,10 @@ impl Store {
                 .find(|m| m.partition == p)
                 .map_or(-1, |m| m.floor)
         };
-        let mut p = redis::pipe();
-        for chunk in &chunks {
+        // One pipeline per partition (a cluster routes a pipeline to one slot); they run
+        // concurrently, each keeping its partition's order.
+        let mut pipes: BTreeMap<i32, (Pipeline, Vec<Call>)> = BTreeMap::new();
+        for (c, chunk) in chunks.iter().enumerate() {
             let first = &reqs[chunk[0]];
             let k = self.keys(first.partition);
             let mut inv = self.scripts.apply.prepare_invoke();
@@ -74,9 +76,11 @@ impl Store {
                 inv.key(k.timer(&reqs[i].timer_id));
                 command_args(&reqs[i], now_ms, &mut inv)?;
             }
+            let (p, calls) = pipes.entry(first.partition).or_default();
             p.invoke_script(&inv);
+            calls.push(Call::Chunk(c));
         }
-        for m in marks {
+        for (i, m) in marks.iter().enumerate() {
             let k = self.keys(m.partition);
             let mut inv = self.scripts.mark.prepare_invoke();
             inv.key(k.epoch())
@@ -84,28 +88,46 @@ impl Store {
                 .arg(m.epoch)
                 .arg(m.offset)
                 .arg(m.floor);
+            let (p, calls) = pipes.entry(m.partition).or_default();
             p.invoke_script(&inv);
+            calls.push(Call::Mark(i));
         }
-        let mut replies: Vec<redis::Value> = self.run(&p).await?;
-        let codes = replies.split_off(chunks.len());
+        let replies = futures::future::try_join_all(
+            pipes.values().map(|(p, _)| self.run::<Vec<redis::Value>>(p)),
+        )
+        .await?;
         let mut applied: Vec<Option<Applied>> = vec![None; reqs.len()];
-        for (chunk, v) in chunks.iter().zip(replies) {
-            let row = Vec::<String>::from_redis_value(v).map_err(bad_reply)?;
-            for (&i, a) in chunk.iter().zip(parse_chunk(row, chunk.len())?) {
-                applied[i] = Some(a);
+        let mut moved = Vec::new();
+        let answered = pipes.values().flat_map(|(_, calls)| calls);
+        for (call, v) in answered.zip(replies.into_iter().flatten()) {
+            match *call {
+                Call::Chunk(c) => {
+                    let row = Vec::<String>::from_redis_value(v).map_err(bad_reply)?;
+                    for (&i, a) in chunks[c].iter().zip(parse_chunk(row, chunks[c].len())?) {
+                        applied[i] = Some(a);
+                    }
+                }
+                Call::Mark(i) => {
+                    if i64::from_redis_value(v).map_err(bad_reply)? < 0 {
+                        moved.push(marks[i].partition);
+                    }
+                }
             }
         }
         let applied = applied
             .into_iter()
             .map(|a| a.expect("every command answered"));
-        let mut moved = Vec::new();
-        for (m, v) in marks.iter().zip(codes) {
-            if i64::from_redis_value(v).map_err(bad_reply)? < 0 {
-                moved.push(m.partition);
-            }
-        }
         Ok((applied.collect(), moved))
     }
+}
+
+/// One script call of an apply pipeline: a chunk of commands or a partition's mark.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    /// The index of the chunk in [`chunks`]' answer.
+    Chunk(usize),
+    /// The index of the mark.
+    Mark(usize),
 }
 
 /// Groups `reqs` into script calls: runs of up to [`APPLY_CHUNK`] commands of one

@@ -50,12 +50,12 @@ impl Store {
         partitions: &[i32],
         timeout: std::time::Duration,
     ) -> Result<Vec<Option<i64>>, StoreError> {
-        let mut conn = self.client.get_connection_with_timeout(timeout)?;
-        conn.set_read_timeout(Some(timeout))?;
-        let mut p = redis::pipe();
+        let mut conn = self.client.blocking(timeout)?;
+        let mut offsets = Vec::with_capacity(partitions.len());
         for &part in partitions {
-            p.get(self.keys(part).offset());
+            // One GET per partition: partitions live in different cluster slots.
+            offsets.push(redis::cmd("GET").arg(self.keys(part).offset()).query(&mut *conn)?);
         }
-        Ok(p.query(&mut conn)?)
+        Ok(offsets)
     }
 }

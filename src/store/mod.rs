@@ -26,6 +26,7 @@
 //! loaded into Redis once at start (and again only if Redis lost them).
 
 mod apply;
+pub mod conn;
 mod cron;
 mod epoch;
 mod fires;
@@ -42,7 +43,7 @@ pub use state::{CheckpointPage, Restore};
 pub use view::{DeadLetters, TimerView};
 
 use crate::retry::Retryable;
-use redis::aio::ConnectionManager;
+use conn::{Client, Conn};
 use redis::{Pipeline, Script, ScriptInvocation};
 use std::sync::Arc;
 
@@ -88,39 +89,61 @@ impl StoreError {
 /// Helpers shared by the claim and recover scripts, prepended to both.
 const MISFIRE: &str = include_str!("misfire.lua");
 
+/// A script with its source (to load it into every primary of a cluster).
+struct Lua {
+    script: Script,
+    code: String,
+}
+
+impl Lua {
+    fn new(code: &str) -> Lua {
+        Lua {
+            script: Script::new(code),
+            code: code.to_string(),
+        }
+    }
+}
+
+impl std::ops::Deref for Lua {
+    type Target = Script;
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
 /// The Lua scripts, loaded once.
 struct Scripts {
-    apply: Script,
-    mark: Script,
-    claim: Script,
-    ack: Script,
-    recover: Script,
-    cron_due: Script,
-    materialize: Script,
-    acquire: Script,
-    checkpoint: Script,
-    checkpointed: Script,
-    restore: Script,
+    apply: Lua,
+    mark: Lua,
+    claim: Lua,
+    ack: Lua,
+    recover: Lua,
+    cron_due: Lua,
+    materialize: Lua,
+    acquire: Lua,
+    checkpoint: Lua,
+    checkpointed: Lua,
+    restore: Lua,
 }
 
 impl Scripts {
     fn new() -> Scripts {
         Scripts {
-            apply: Script::new(&[MISFIRE, include_str!("apply.lua")].concat()),
-            mark: Script::new(include_str!("mark.lua")),
-            claim: Script::new(&[MISFIRE, include_str!("claim.lua")].concat()),
-            ack: Script::new(include_str!("ack.lua")),
-            recover: Script::new(&[MISFIRE, include_str!("recover.lua")].concat()),
-            cron_due: Script::new(include_str!("cron_due.lua")),
-            materialize: Script::new(include_str!("materialize.lua")),
-            acquire: Script::new(include_str!("acquire.lua")),
-            checkpoint: Script::new(include_str!("checkpoint.lua")),
-            checkpointed: Script::new(include_str!("checkpointed.lua")),
-            restore: Script::new(include_str!("restore.lua")),
+            apply: Lua::new(&[MISFIRE, include_str!("apply.lua")].concat()),
+            mark: Lua::new(include_str!("mark.lua")),
+            claim: Lua::new(&[MISFIRE, include_str!("claim.lua")].concat()),
+            ack: Lua::new(include_str!("ack.lua")),
+            recover: Lua::new(&[MISFIRE, include_str!("recover.lua")].concat()),
+            cron_due: Lua::new(include_str!("cron_due.lua")),
+            materialize: Lua::new(include_str!("materialize.lua")),
+            acquire: Lua::new(include_str!("acquire.lua")),
+            checkpoint: Lua::new(include_str!("checkpoint.lua")),
+            checkpointed: Lua::new(include_str!("checkpointed.lua")),
+            restore: Lua::new(include_str!("restore.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 11] {
+    fn all(&self) -> [&Lua; 11] {
         [
             &self.apply,
             &self.mark,
@@ -140,9 +163,10 @@ impl Scripts {
 /// Handle to the Redis store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
-    /// For the few blocking calls made from librdkafka's rebalance callback.
-    client: redis::Client,
+    conn: Conn,
+    /// For new connections and the few blocking calls made from librdkafka's rebalance
+    /// callback.
+    client: Client,
     scripts: Arc<Scripts>,
     prefix: String,
     topic: String,
@@ -158,8 +182,8 @@ impl Store {
         topic: &str,
         retention_ms: i64,
     ) -> Result<Store, StoreError> {
-        let client = redis::Client::open(url)?;
-        let conn = ConnectionManager::new(client.clone()).await?;
+        let client = Client::open(url).await?;
+        let conn = client.connect().await?;
         let store = Store {
             conn,
             scripts: Arc::new(Scripts::new()),
@@ -175,18 +199,24 @@ impl Store {
     /// The same store on a connection of its own.
     pub async fn dedicated(&self) -> Result<Store, StoreError> {
         Ok(Store {
-            conn: ConnectionManager::new(self.client.clone()).await?,
+            conn: self.client.connect().await?,
             ..self.clone()
         })
     }
 
+    /// Loads every script into every primary.
     async fn load_scripts(&self) -> Result<(), StoreError> {
-        let mut p = redis::pipe();
+        let mut conn = self.conn.clone();
         for s in self.scripts.all() {
-            p.load_script(s);
+            conn.on_primaries(redis::cmd("SCRIPT").arg("LOAD").arg(&s.code))
+                .await?;
         }
-        let _: Vec<String> = p.query_async(&mut self.conn.clone()).await?;
         Ok(())
+    }
+
+    /// Whether the store is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.client.is_cluster()
     }
 
     /// The key names of `partition`.

@@ -152,14 +152,16 @@ impl Store {
         let mut conn = self.conn.clone();
         let (mut cursor, mut gone) = (0u64, 0u64);
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
                 .arg("MATCH")
                 .arg(&pattern)
                 .arg("COUNT")
-                .arg(WIPE_PAGE)
-                .query_async(&mut conn)
-                .await?;
+                .arg(WIPE_PAGE);
+            // On a cluster, SCAN goes to the node holding the partition's slot.
+            let reply = conn.on_node_of(&epoch_key, &scan).await?;
+            let (next, keys): (u64, Vec<String>) =
+                redis::from_redis_value(reply).map_err(bad_reply)?;
             let keys: Vec<&String> = keys.iter().filter(|key| **key != epoch_key).collect();
             if !keys.is_empty() {
                 let n: u64 = redis::cmd("UNLINK")

@@ -1,5 +1,6 @@
 //! Test harness, one file per concern:
-//! - [`servers`]: the redis-server and Tansu broker shared by a test binary;
+//! - [`servers`]: the redis-server (or Redis Cluster, with `KTIMER_TEST_REDIS_CLUSTER=1`)
+//!   and Tansu broker shared by a test binary; [`cluster`]: a real Redis Cluster;
 //! - [`env`]: one test's topics, group and prefix, and [`InProcess`] instances;
 //! - [`child`]: [`child::ChildProcess`] instances (`ktimer run` as a child process, for
 //!   SIGKILL and SIGSTOP);
@@ -12,6 +13,7 @@
 
 pub mod checker;
 pub mod child;
+pub mod cluster;
 pub mod collected;
 pub mod commands;
 pub mod env;

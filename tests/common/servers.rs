@@ -95,7 +95,13 @@ pub fn wait_for_port(port: u16, what: &str) {
     panic!("{what} did not open port {port}");
 }
 
-/// Starts (once) and returns the shared servers.
+/// Whether the tests run on a Redis Cluster (`KTIMER_TEST_REDIS_CLUSTER=1`).
+pub fn cluster_wanted() -> bool {
+    std::env::var("KTIMER_TEST_REDIS_CLUSTER").is_ok_and(|v| v == "1")
+}
+
+/// Starts (once) and returns the shared servers: a redis-server, or a Redis Cluster of
+/// three primaries when [`cluster_wanted`].
 pub fn servers() -> &'static Servers {
     SERVERS.get_or_init(|| {
         unsafe {
@@ -103,20 +109,30 @@ pub fn servers() -> &'static Servers {
         }
         let dir = std::env::temp_dir().join(format!("ktimer-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let rp = free_port();
-        let mut redis =
-            Proc::new(std::env::var("KTIMER_REDIS_SERVER_BIN").unwrap_or("redis-server".into()));
-        redis.args([
-            "--port",
-            &rp.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]);
-        spawn_server(redis, dir.join("redis.log").to_str().unwrap());
+        let (redis_url, rp) = if cluster_wanted() {
+            // Three primaries, no replicas: the end-to-end tests on a Redis Cluster.
+            let c = super::cluster::Cluster::start(&dir.join("cluster"), 3, 0, 2_000);
+            let url = c.url();
+            std::mem::forget(c);
+            (url, None)
+        } else {
+            let rp = free_port();
+            let mut redis = Proc::new(
+                std::env::var("KTIMER_REDIS_SERVER_BIN").unwrap_or("redis-server".into()),
+            );
+            redis.args([
+                "--port",
+                &rp.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]);
+            spawn_server(redis, dir.join("redis.log").to_str().unwrap());
+            (format!("redis://127.0.0.1:{rp}"), Some(rp))
+        };
         let kp = free_port();
         let url = format!("tcp://127.0.0.1:{kp}");
         let mut tansu = Proc::new(tansu_bin());
@@ -130,10 +146,12 @@ pub fn servers() -> &'static Servers {
             "memory://tansu/",
         ]);
         spawn_server(tansu, dir.join("tansu.log").to_str().unwrap());
-        wait_for_port(rp, "redis-server");
+        if let Some(rp) = rp {
+            wait_for_port(rp, "redis-server");
+        }
         wait_for_port(kp, "tansu");
         Servers {
-            redis_url: format!("redis://127.0.0.1:{rp}"),
+            redis_url,
             brokers: format!("127.0.0.1:{kp}"),
         }
     })

@@ -1,0 +1,217 @@
+//! The connection to Redis: one server, or a Redis Cluster (the redis crate's
+//! cluster-async client, which follows MOVED and ASK and refreshes its slot map after a
+//! failover).
+//!
+//! `--redis-url` names a cluster in any of three ways: several URLs separated by commas
+//! (the seed nodes), the scheme `redis+cluster://` (`redis+cluster://h1:p1,h2:p2`), or
+//! the URL of any one node of a cluster (`INFO cluster` says `cluster_enabled:1`).
+//!
+//! Every key of a partition carries the partition's hash tag, so every script call and
+//! every pipeline the store sends stays in one slot (the cluster client routes a pipeline
+//! by its first key).
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use std::time::Duration;
+
+/// How long a connection attempt to one node may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Retries of one request inside the cluster client (after a node failed, while a
+/// replica is promoted); ktimer's own retry helper retries beyond that.
+const CLUSTER_RETRIES: u32 = 4;
+
+/// Where Redis is, parsed from `--redis-url`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    /// One server (it may still turn out to be a cluster node: see [`Client::open`]).
+    Single(String),
+    /// The seed nodes of a Redis Cluster.
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// Parses `--redis-url` (see the module documentation).
+    pub fn parse(url: &str) -> Target {
+        let url = url.trim();
+        if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            return Target::Cluster(
+                rest.split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| format!("redis://{}", s.trim()))
+                    .collect(),
+            );
+        }
+        let urls: Vec<String> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        if urls.len() > 1 {
+            Target::Cluster(urls)
+        } else {
+            Target::Single(url.to_string())
+        }
+    }
+}
+
+/// A Redis client: a single server or a cluster. Cheap to clone.
+#[derive(Clone)]
+pub enum Client {
+    /// One server.
+    Single(redis::Client),
+    /// A Redis Cluster.
+    Cluster(ClusterClient),
+}
+
+impl Client {
+    /// Opens `url`; a single URL whose server reports `cluster_enabled:1` becomes a
+    /// cluster client seeded with that node.
+    pub async fn open(url: &str) -> RedisResult<Client> {
+        match Target::parse(url) {
+            Target::Cluster(seeds) => Ok(Client::Cluster(cluster(&seeds)?)),
+            Target::Single(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let mut c = client.get_multiplexed_async_connection().await?;
+                let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut c).await?;
+                if info.contains("cluster_enabled:1") {
+                    Ok(Client::Cluster(cluster(&[url])?))
+                } else {
+                    Ok(Client::Single(client))
+                }
+            }
+        }
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Client::Cluster(_))
+    }
+
+    /// A new multiplexed connection that reconnects by itself.
+    pub async fn connect(&self) -> RedisResult<Conn> {
+        Ok(match self {
+            Client::Single(c) => {
+                let config = ConnectionManagerConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
+                Conn::Single(ConnectionManager::new_with_config(c.clone(), config).await?)
+            }
+            Client::Cluster(c) => Conn::Cluster(c.get_async_connection().await?),
+        })
+    }
+
+    /// A blocking connection whose calls give up after `timeout` (for librdkafka's
+    /// rebalance callback, which cannot await).
+    pub fn blocking(&self, timeout: Duration) -> RedisResult<Box<dyn redis::ConnectionLike>> {
+        Ok(match self {
+            Client::Single(c) => {
+                let conn = c.get_connection_with_timeout(timeout)?;
+                conn.set_read_timeout(Some(timeout))?;
+                Box::new(conn)
+            }
+            Client::Cluster(c) => {
+                let conn = c.get_connection()?;
+                conn.set_read_timeout(Some(timeout))?;
+                Box::new(conn)
+            }
+        })
+    }
+}
+
+/// The cluster client of `seeds`, with short connection timeouts and few internal retries.
+fn cluster(seeds: &[String]) -> RedisResult<ClusterClient> {
+    ClusterClientBuilder::new(seeds.to_vec())
+        .connection_timeout(CONNECT_TIMEOUT)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(50)
+        .max_retry_wait(1_000)
+        .build()
+}
+
+/// A multiplexed connection to a single server or a cluster. Cheap to clone.
+#[derive(Clone)]
+pub enum Conn {
+    /// One server.
+    Single(ConnectionManager),
+    /// A Redis Cluster: commands and pipelines are routed by their first key.
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Runs `cmd` on every primary (script loading, flushing); answers the first reply.
+    pub async fn on_primaries(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => {
+                let all = MultipleNodeRoutingInfo::AllMasters;
+                let route = RoutingInfo::MultiNode((all, Some(ResponsePolicy::AllSucceeded)));
+                c.route_command(cmd.clone(), route).await
+            }
+        }
+    }
+
+    /// Runs `cmd` (a keyless command such as SCAN) on the primary that holds `key`.
+    pub async fn on_node_of(&mut self, key: &str, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Conn::Single(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => {
+                let route = Route::with_key(key, SlotAddr::Master);
+                let node = SingleNodeRoutingInfo::SpecificNode(route);
+                c.route_command(cmd.clone(), RoutingInfo::SingleNode(node)).await
+            }
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Target;
+
+    #[test]
+    fn a_url_list_or_the_cluster_scheme_names_a_cluster() {
+        assert_eq!(
+            Target::parse("redis://127.0.0.1:6379"),
+            Target::Single("redis://127.0.0.1:6379".into())
+        );
+        assert_eq!(
+            Target::parse("redis://a:1, redis://b:2"),
+            Target::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+        assert_eq!(
+            Target::parse("redis+cluster://a:1,b:2"),
+            Target::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+    }
+}

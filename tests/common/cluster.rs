@@ -1,0 +1,190 @@
+//! A real Redis Cluster of Debian's `redis-server` processes on free loopback ports,
+//! created with `redis-cli --cluster create` (primaries, optionally one replica each).
+
+use super::{free_port, spawn_server, wait_for_port};
+use std::process::Command as Proc;
+use std::time::{Duration, Instant};
+
+/// One node of the cluster.
+pub struct Node {
+    pub port: u16,
+    pub pid: u32,
+}
+
+/// A running cluster; its processes die with the test binary.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+}
+
+fn redis_bin(name: &str) -> String {
+    let server = std::env::var("KTIMER_REDIS_SERVER_BIN").unwrap_or("redis-server".into());
+    if name == "redis-server" {
+        server
+    } else {
+        server.replace("redis-server", name)
+    }
+}
+
+impl Cluster {
+    /// Starts `primaries` primaries with `replicas` replicas each; a node missing for
+    /// `node_timeout_ms` is failed over to its replica.
+    pub fn start(dir: &std::path::Path, primaries: usize, replicas: usize, node_timeout_ms: u64) -> Cluster {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut nodes = Vec::new();
+        for _ in 0..primaries * (1 + replicas) {
+            let port = free_port();
+            let mut p = Proc::new(redis_bin("redis-server"));
+            p.current_dir(dir).args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &format!("nodes-{port}.conf"),
+                "--cluster-node-timeout",
+                &node_timeout_ms.to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ]);
+            let pid = spawn_server(p, dir.join(format!("redis-{port}.log")).to_str().unwrap());
+            nodes.push(Node { port, pid });
+        }
+        for n in &nodes {
+            wait_for_port(n.port, "redis-server (cluster node)");
+        }
+        let mut create = Proc::new(redis_bin("redis-cli"));
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_ok(Duration::from_secs(30));
+        cluster
+    }
+
+    /// The seed URLs, comma separated (what `--redis-url` takes).
+    pub fn url(&self) -> String {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .collect();
+        urls.join(",")
+    }
+
+    fn query<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> Option<T> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+        let mut c = client
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()?;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut c).ok()
+    }
+
+    /// Waits until every live node reports `cluster_state:ok` and every slot is served
+    /// by a live primary.
+    pub fn wait_ok(&self, within: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            let ok = self.nodes.iter().filter(|n| n.pid != 0).all(|n| {
+                Cluster::query::<String>(n.port, &["CLUSTER", "INFO"])
+                    .is_some_and(|i| i.contains("cluster_state:ok"))
+            });
+            if ok && self.covered() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the cluster did not reach cluster_state:ok");
+    }
+
+    /// Whether the live primaries serve all 16384 slots.
+    fn covered(&self) -> bool {
+        let live: Vec<u16> = self.primaries();
+        let Some(nodes) = self.any::<String>(&["CLUSTER", "NODES"]) else {
+            return false;
+        };
+        let mut slots = 0;
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let port = f[1].split(['@', ':']).nth(1).and_then(|p| p.parse::<u16>().ok());
+            if f[2].contains("master") && !f[2].contains("fail") && port.is_some_and(|p| live.contains(&p)) {
+                for r in &f[8..] {
+                    let mut ends = r.split('-').filter_map(|x| x.parse::<u32>().ok());
+                    if let Some(a) = ends.next() {
+                        slots += ends.next().unwrap_or(a) - a + 1;
+                    }
+                }
+            }
+        }
+        slots == 16384
+    }
+
+    fn any<T: redis::FromRedisValue>(&self, args: &[&str]) -> Option<T> {
+        self.nodes
+            .iter()
+            .filter(|n| n.pid != 0)
+            .find_map(|n| Cluster::query(n.port, args))
+    }
+
+    /// The ports of the live nodes that are primaries (by their own `INFO replication`).
+    pub fn primaries(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .filter(|n| n.pid != 0)
+            .filter(|n| {
+                Cluster::query::<String>(n.port, &["INFO", "replication"])
+                    .is_some_and(|i| i.contains("role:master"))
+            })
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// The port of the primary serving `key`'s slot.
+    pub fn primary_of(&self, key: &str) -> u16 {
+        let slot: i64 = self
+            .any(&["CLUSTER", "KEYSLOT", key])
+            .expect("CLUSTER KEYSLOT");
+        let nodes: String = self.any(&["CLUSTER", "NODES"]).expect("CLUSTER NODES");
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            for r in &f[8..] {
+                let mut ends = r.split('-').filter_map(|x| x.parse::<i64>().ok());
+                if let Some(a) = ends.next() {
+                    if (a..=ends.next().unwrap_or(a)).contains(&slot) {
+                        return f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
+                    }
+                }
+            }
+        }
+        panic!("no primary serves slot {slot}");
+    }
+
+    /// Kills the node on `port` with SIGKILL.
+    pub fn kill(&mut self, port: u16) {
+        let n = self.nodes.iter_mut().find(|n| n.port == port).expect("node");
+        unsafe {
+            libc::kill(n.pid as i32, libc::SIGKILL);
+        }
+        n.pid = 0;
+    }
+}
