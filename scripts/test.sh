@@ -7,3 +7,7 @@ KTIMER_TANSU_BIN=$(scripts/install-deps.sh)
 export KTIMER_TANSU_BIN
 echo "==> building and running the tests (the first build takes a few minutes)..." >&2
 cargo test --locked "$@"
+if [ "$#" -eq 0 ]; then
+  echo "==> the end-to-end and cron tests again, on a Redis Cluster of three primaries..." >&2
+  KTIMER_TEST_REDIS_CLUSTER=1 cargo test --locked --test e2e --test cron
+fi

@@ -6,11 +6,10 @@
 
 mod common;
 
-use common::checker::{check, commands, due_near, gather, spread, Bounds, Expected};
+use common::checker::{check, due_near, gather, load, sleep_until, spread, Bounds};
 use common::child::ChildProcess;
 use common::world::World;
 use common::TestEnv;
-use ktimer::command::Outcome;
 use ktimer::now_ms;
 use std::time::Duration;
 
@@ -23,26 +22,6 @@ const FAST: &[&str] = &[
     "heartbeat.interval.ms=500",
 ];
 const SESSION_MS: i64 = 6_000;
-
-async fn sleep_until(at_ms: i64) {
-    let d = (at_ms - now_ms()).max(0) as u64;
-    tokio::time::sleep(Duration::from_millis(d)).await;
-}
-
-/// Sends the timers and waits until every command was accepted.
-async fn load(env: &TestEnv, got: &mut common::Collected, expected: &Expected) {
-    env.send_many(&commands(expected)).await;
-    let rs = got.results(expected.len(), MIN).await;
-    let rejected: Vec<_> = rs
-        .iter()
-        .filter(|r| r.outcome != Outcome::Accepted)
-        .collect();
-    assert!(
-        rejected.is_empty(),
-        "not accepted: {:?}",
-        &rejected[..rejected.len().min(3)]
-    );
-}
 
 /// Waits until the instances own `partitions` partitions between them.
 async fn settled(instances: &[&ChildProcess], partitions: f64) {

@@ -93,7 +93,9 @@ impl Store {
             calls.push(Call::Mark(i));
         }
         let replies = futures::future::try_join_all(
-            pipes.values().map(|(p, _)| self.run::<Vec<redis::Value>>(p)),
+            pipes
+                .values()
+                .map(|(p, _)| self.run::<Vec<redis::Value>>(p)),
         )
         .await?;
         let mut applied: Vec<Option<Applied>> = vec![None; reqs.len()];

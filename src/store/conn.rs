@@ -66,7 +66,7 @@ pub enum Client {
     /// One server.
     Single(redis::Client),
     /// A Redis Cluster.
-    Cluster(ClusterClient),
+    Cluster(Box<ClusterClient>),
 }
 
 impl Client {
@@ -74,13 +74,16 @@ impl Client {
     /// cluster client seeded with that node.
     pub async fn open(url: &str) -> RedisResult<Client> {
         match Target::parse(url) {
-            Target::Cluster(seeds) => Ok(Client::Cluster(cluster(&seeds)?)),
+            Target::Cluster(seeds) => Ok(Client::Cluster(Box::new(cluster(&seeds)?))),
             Target::Single(url) => {
                 let client = redis::Client::open(url.as_str())?;
                 let mut c = client.get_multiplexed_async_connection().await?;
-                let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut c).await?;
+                let info: String = redis::cmd("INFO")
+                    .arg("cluster")
+                    .query_async(&mut c)
+                    .await?;
                 if info.contains("cluster_enabled:1") {
-                    Ok(Client::Cluster(cluster(&[url])?))
+                    Ok(Client::Cluster(Box::new(cluster(&[url])?)))
                 } else {
                     Ok(Client::Single(client))
                 }
@@ -97,7 +100,8 @@ impl Client {
     pub async fn connect(&self) -> RedisResult<Conn> {
         Ok(match self {
             Client::Single(c) => {
-                let config = ConnectionManagerConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
+                let config =
+                    ConnectionManagerConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
                 Conn::Single(ConnectionManager::new_with_config(c.clone(), config).await?)
             }
             Client::Cluster(c) => Conn::Cluster(c.get_async_connection().await?),
@@ -161,7 +165,8 @@ impl Conn {
             Conn::Cluster(c) => {
                 let route = Route::with_key(key, SlotAddr::Master);
                 let node = SingleNodeRoutingInfo::SpecificNode(route);
-                c.route_command(cmd.clone(), RoutingInfo::SingleNode(node)).await
+                c.route_command(cmd.clone(), RoutingInfo::SingleNode(node))
+                    .await
             }
         }
     }

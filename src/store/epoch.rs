@@ -54,7 +54,11 @@ impl Store {
         let mut offsets = Vec::with_capacity(partitions.len());
         for &part in partitions {
             // One GET per partition: partitions live in different cluster slots.
-            offsets.push(redis::cmd("GET").arg(self.keys(part).offset()).query(&mut *conn)?);
+            offsets.push(
+                redis::cmd("GET")
+                    .arg(self.keys(part).offset())
+                    .query(&mut *conn)?,
+            );
         }
         Ok(offsets)
     }

@@ -165,3 +165,24 @@ pub fn commands(expected: &Expected) -> Vec<ktimer::command::TimerCommand> {
         .map(|(id, d)| super::once_at(id, *d, "x"))
         .collect()
 }
+
+/// Sleeps until the wall clock reads `at_ms`.
+pub async fn sleep_until(at_ms: i64) {
+    let d = (at_ms - ktimer::now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(d)).await;
+}
+
+/// Sends the timers of `expected` and waits until every command was accepted.
+pub async fn load(env: &super::TestEnv, got: &mut Collected, expected: &Expected) {
+    env.send_many(&commands(expected)).await;
+    let rs = got.results(expected.len(), Duration::from_secs(60)).await;
+    let rejected: Vec<_> = rs
+        .iter()
+        .filter(|r| r.outcome != ktimer::command::Outcome::Accepted)
+        .collect();
+    assert!(
+        rejected.is_empty(),
+        "not accepted: {:?}",
+        &rejected[..rejected.len().min(3)]
+    );
+}

@@ -28,7 +28,12 @@ fn redis_bin(name: &str) -> String {
 impl Cluster {
     /// Starts `primaries` primaries with `replicas` replicas each; a node missing for
     /// `node_timeout_ms` is failed over to its replica.
-    pub fn start(dir: &std::path::Path, primaries: usize, replicas: usize, node_timeout_ms: u64) -> Cluster {
+    pub fn start(
+        dir: &std::path::Path,
+        primaries: usize,
+        replicas: usize,
+        node_timeout_ms: u64,
+    ) -> Cluster {
         std::fs::create_dir_all(dir).unwrap();
         let mut nodes = Vec::new();
         for _ in 0..primaries * (1 + replicas) {
@@ -123,8 +128,14 @@ impl Cluster {
         let mut slots = 0;
         for line in nodes.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
-            let port = f[1].split(['@', ':']).nth(1).and_then(|p| p.parse::<u16>().ok());
-            if f[2].contains("master") && !f[2].contains("fail") && port.is_some_and(|p| live.contains(&p)) {
+            let port = f[1]
+                .split(['@', ':'])
+                .nth(1)
+                .and_then(|p| p.parse::<u16>().ok());
+            if f[2].contains("master")
+                && !f[2].contains("fail")
+                && port.is_some_and(|p| live.contains(&p))
+            {
                 for r in &f[8..] {
                     let mut ends = r.split('-').filter_map(|x| x.parse::<u32>().ok());
                     if let Some(a) = ends.next() {
@@ -158,9 +169,74 @@ impl Cluster {
 
     /// The port of the primary serving `key`'s slot.
     pub fn primary_of(&self, key: &str) -> u16 {
-        let slot: i64 = self
-            .any(&["CLUSTER", "KEYSLOT", key])
-            .expect("CLUSTER KEYSLOT");
+        self.primary_of_slot(self.slot_of(key))
+    }
+
+    /// Kills the node on `port` with SIGKILL.
+    pub fn kill(&mut self, port: u16) {
+        let n = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("node");
+        unsafe {
+            libc::kill(n.pid as i32, libc::SIGKILL);
+        }
+        n.pid = 0;
+    }
+
+    fn node_id(port: u16) -> String {
+        Cluster::query::<String>(port, &["CLUSTER", "MYID"]).expect("CLUSTER MYID")
+    }
+
+    /// The slot of `key`.
+    pub fn slot_of(&self, key: &str) -> i64 {
+        self.any(&["CLUSTER", "KEYSLOT", key])
+            .expect("CLUSTER KEYSLOT")
+    }
+
+    /// Moves `slot` from its primary to the primary on `to` the way `redis-cli --cluster
+    /// reshard` does (IMPORTING/MIGRATING, MIGRATE in batches of `batch` keys, a pause of
+    /// `pause` between batches, then SETSLOT NODE everywhere), so clients meet ASK, MOVED
+    /// and TRYAGAIN. Returns how many keys moved.
+    pub fn move_slot(&self, slot: i64, to: u16, batch: usize, pause: Duration) -> usize {
+        let from = self.primary_of_slot(slot);
+        assert_ne!(from, to, "slot {slot} is on {to} already");
+        let (from_id, to_id) = (Cluster::node_id(from), Cluster::node_id(to));
+        let slot_s = slot.to_string();
+        let set = |port: u16, args: &[&str]| {
+            let mut all = vec!["CLUSTER", "SETSLOT", &slot_s];
+            all.extend_from_slice(args);
+            Cluster::query::<String>(port, &all).expect("CLUSTER SETSLOT")
+        };
+        set(to, &["IMPORTING", &from_id]);
+        set(from, &["MIGRATING", &to_id]);
+        let mut moved = 0;
+        loop {
+            let keys: Vec<String> = Cluster::query(
+                from,
+                &["CLUSTER", "GETKEYSINSLOT", &slot_s, &batch.to_string()],
+            )
+            .expect("GETKEYSINSLOT");
+            if keys.is_empty() {
+                break;
+            }
+            let to_s = to.to_string();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_s, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            let _: String = Cluster::query(from, &args).expect("MIGRATE");
+            moved += keys.len();
+            std::thread::sleep(pause);
+        }
+        for n in self.nodes.iter().filter(|n| n.pid != 0) {
+            let _ =
+                Cluster::query::<String>(n.port, &["CLUSTER", "SETSLOT", &slot_s, "NODE", &to_id]);
+        }
+        moved
+    }
+
+    /// The port of the primary serving `slot`.
+    pub fn primary_of_slot(&self, slot: i64) -> u16 {
         let nodes: String = self.any(&["CLUSTER", "NODES"]).expect("CLUSTER NODES");
         for line in nodes.lines() {
             let f: Vec<&str> = line.split_whitespace().collect();
@@ -177,14 +253,5 @@ impl Cluster {
             }
         }
         panic!("no primary serves slot {slot}");
-    }
-
-    /// Kills the node on `port` with SIGKILL.
-    pub fn kill(&mut self, port: u16) {
-        let n = self.nodes.iter_mut().find(|n| n.port == port).expect("node");
-        unsafe {
-            libc::kill(n.pid as i32, libc::SIGKILL);
-        }
-        n.pid = 0;
     }
 }
