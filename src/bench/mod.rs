@@ -21,6 +21,7 @@
 //! SVG histogram. The command fails when a timer fired early or never.
 
 pub mod load;
+pub mod nodes;
 pub mod observe;
 pub mod pipe;
 pub mod rebuild;
@@ -163,7 +164,8 @@ async fn pending_phase(
     codec: &Arc<Codec>,
 ) -> anyhow::Result<PendingReport> {
     progress.phase("pending", n);
-    let before = env.used_memory().await?;
+    let before = env.nodes.sample().await?;
+    let started = Instant::now();
     let plan = pending_plan(env, n);
     let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
     let tap = Tap::start(&env.kafka, &env.kafka.results_topic, answers)?;
@@ -177,8 +179,13 @@ async fn pending_phase(
     );
     let deadline = Instant::now() + Duration::from_secs(60 + (n / 5_000) as u64);
     let (answers, _) = tap.finish(deadline).await?;
-    let after = env.used_memory().await?;
+    let after_nodes = env.nodes.sample().await?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let redis_cpu = nodes::cpu_between(&before, &after_nodes, answers.accepted, elapsed_ms);
+    let before: u64 = before.iter().map(|s| s.used_memory).sum();
+    let after: u64 = after_nodes.iter().map(|s| s.used_memory).sum();
     Ok(PendingReport {
+        redis_cpu,
         timers: n,
         accepted: answers.accepted,
         intake_per_s: per_second(answers.accepted, produced.started_ms, answers.last_ms),
@@ -261,7 +268,12 @@ async fn fire_phase(
     .await?;
     let until = |ms: i64| Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64);
     let (answers, _) = answers.finish(until(last_due + args.timeout_ms)).await?;
+    // Redis CPU from the last answer to the last fire: the fire path's cost.
+    let before = env.nodes.sample().await?;
+    let started = Instant::now();
     let (fires, _) = fires.finish(until(last_due + args.timeout_ms)).await?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let after = env.nodes.sample().await?;
     let report = FireReport {
         timers: n,
         produce_failed: produced.failed,
@@ -280,6 +292,7 @@ async fn fire_phase(
         delivery_rate_per_s: per_second(fires.unique, t0, fires.last_received_ms),
         fire_lateness_ms: Percentiles::of(&fires.fire_lateness),
         delivery_lateness_ms: Percentiles::of(&fires.delivery_lateness),
+        redis_cpu: nodes::cpu_between(&before, &after, fires.unique, elapsed_ms),
     };
     Ok((report, fires))
 }

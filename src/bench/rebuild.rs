@@ -39,7 +39,11 @@ pub async fn rebuild_phase(
     let keys: Vec<Keys> = (0..partitions)
         .map(|p| Keys::new(prefix, &env.kafka.commands_topic, p))
         .collect();
-    let mut c = env.redis.get_multiplexed_async_connection().await?;
+    let client = redis::Client::open(env.redis_url.as_str())
+        .ok()
+        .filter(|_| !env.redis_url.contains(','))
+        .context("--rebuild measures a single Redis server (not a cluster)")?;
+    let mut c = client.get_multiplexed_async_connection().await?;
     progress.phase("rebuild", timers);
     // Every change written to the state topic, then one more checkpoint.
     let deadline = Instant::now() + Duration::from_secs(120);

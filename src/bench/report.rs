@@ -1,5 +1,6 @@
 //! The bench's report: figures, target checks, the JSON file and the histogram picture.
 
+use super::nodes::NodeCpu;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -64,6 +65,8 @@ pub struct PendingReport {
     pub redis_bytes_after: u64,
     /// (after - before) / accepted.
     pub bytes_per_timer: f64,
+    /// CPU of each Redis primary over the phase, per accepted command.
+    pub redis_cpu: Vec<NodeCpu>,
 }
 
 /// The fire phase.
@@ -105,6 +108,9 @@ pub struct FireReport {
     pub fire_lateness_ms: Percentiles,
     /// Time the bench received the record minus due time.
     pub delivery_lateness_ms: Percentiles,
+    /// CPU of each Redis primary from the last command answered to the last fire, per
+    /// timer fired.
+    pub redis_cpu: Vec<NodeCpu>,
 }
 
 /// The pass-through baseline.
@@ -242,6 +248,11 @@ impl Report {
                 p.redis_bytes_after as f64 / 1e6,
                 p.bytes_per_timer
             );
+            let _ = writeln!(
+                s,
+                "         Redis CPU per command: {}",
+                cpu_line(&p.redis_cpu)
+            );
         }
         if let Some(r) = &self.rebuild {
             let _ = writeln!(
@@ -260,6 +271,7 @@ impl Report {
             "fired    {} of {}: missing {}, early {}, duplicates {}; fire rate {:.0}/s, delivered {:.0}/s",
             f.fired, f.timers, f.missing, f.early, f.duplicates, f.fire_rate_per_s, f.delivery_rate_per_s
         );
+        let _ = writeln!(s, "         Redis CPU per fire: {}", cpu_line(&f.redis_cpu));
         let _ = writeln!(s, "fire lateness      {}", f.fire_lateness_ms.line());
         let _ = writeln!(s, "delivery lateness  {}", f.delivery_lateness_ms.line());
         if let Some(b) = &self.baseline {
@@ -297,4 +309,24 @@ impl Report {
         std::fs::write(&svg, super::svg::histogram(self, fire, delivery))?;
         Ok((json, svg))
     }
+}
+
+/// `node 12.3 µs (45% busy), ...`, and the sum when there are several primaries.
+fn cpu_line(nodes: &[NodeCpu]) -> String {
+    let mut parts: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "{} {:.1} µs ({:.0}% busy)",
+                n.node,
+                n.us_per_item,
+                n.busy * 100.0
+            )
+        })
+        .collect();
+    if nodes.len() > 1 {
+        let total: f64 = nodes.iter().map(|n| n.us_per_item).sum();
+        parts.push(format!("total {total:.1} µs"));
+    }
+    parts.join(", ")
 }

@@ -1,5 +1,6 @@
 //! The bench's surroundings: fresh topics, the instances it starts, Redis, clean-up.
 
+use super::nodes::Nodes;
 use crate::config::{BenchArgs, KafkaArgs, RunArgs};
 use crate::service;
 use crate::shutdown::CancellationToken;
@@ -40,8 +41,10 @@ pub struct Env {
     pub pipe_in: String,
     /// See `pipe_in`.
     pub pipe_out: String,
-    /// Redis of the instances (memory is measured there).
-    pub redis: redis::Client,
+    /// The Redis primaries of the instances (memory and CPU are measured there).
+    pub nodes: Nodes,
+    /// `--redis-url`.
+    pub redis_url: String,
     /// Redis key prefix of the started instances (`None` for running instances).
     pub prefix: Option<String>,
     created: Vec<String>,
@@ -101,14 +104,15 @@ impl Env {
             names.len(),
             args.partitions
         );
-        let redis = redis::Client::open(args.redis_url.as_str()).context("redis URL")?;
+        let nodes = Nodes::connect(&args.redis_url).await?;
         let mut env = Env {
             run: run.to_string(),
             kafka,
             callback,
             pipe_in,
             pipe_out,
-            redis,
+            nodes,
+            redis_url: args.redis_url.clone(),
             prefix: own.then(|| base.clone()),
             created: names,
             started: Vec::new(),
@@ -213,16 +217,6 @@ impl Env {
         .await?
     }
 
-    /// Redis `used_memory`, bytes.
-    pub async fn used_memory(&self) -> anyhow::Result<u64> {
-        let mut c = self.redis.get_multiplexed_async_connection().await?;
-        let info: String = redis::cmd("INFO").arg("memory").query_async(&mut c).await?;
-        info.lines()
-            .find_map(|l| l.strip_prefix("used_memory:"))
-            .and_then(|v| v.trim().parse().ok())
-            .context("INFO memory has no used_memory")
-    }
-
     /// Stops the started instances (draining them), then deletes what the run created
     /// unless `keep`.
     pub async fn teardown(self, keep: bool) {
@@ -251,7 +245,7 @@ impl Env {
             eprintln!("bench: deleting the topics failed: {e:#}");
         }
         if let Some(prefix) = &self.prefix {
-            match delete_keys(&self.redis, prefix).await {
+            match self.nodes.delete_keys(prefix).await {
                 Ok(n) => eprintln!("bench {}: deleted {n} Redis keys", self.run),
                 Err(e) => eprintln!("bench: deleting the Redis keys failed: {e:#}"),
             }
@@ -268,29 +262,4 @@ async fn delete_topics(kafka: &KafkaArgs, names: &[String]) -> anyhow::Result<()
         }
     }
     Ok(())
-}
-
-/// Deletes every key under `prefix:` (SCAN + UNLINK), returns how many.
-async fn delete_keys(redis: &redis::Client, prefix: &str) -> anyhow::Result<u64> {
-    let mut c = redis.get_multiplexed_async_connection().await?;
-    let mut cursor: u64 = 0;
-    let mut n = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(10_000)
-            .query_async(&mut c)
-            .await?;
-        if !keys.is_empty() {
-            n += keys.len() as u64;
-            let _: i64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
-        }
-        if next == 0 {
-            return Ok(n);
-        }
-        cursor = next;
-    }
 }

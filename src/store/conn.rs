@@ -158,6 +158,37 @@ impl Conn {
         }
     }
 
+    /// Runs `cmd` on every primary; answers each primary's reply with its address
+    /// (`host:port`; a single server is named `redis`).
+    pub async fn per_primary(&mut self, cmd: &Cmd) -> RedisResult<Vec<(String, Value)>> {
+        match self {
+            Conn::Single(c) => Ok(vec![("redis".to_string(), cmd.query_async(c).await?)]),
+            Conn::Cluster(c) => {
+                let all = MultipleNodeRoutingInfo::AllMasters;
+                let route = RoutingInfo::MultiNode((all, Some(ResponsePolicy::Special)));
+                let reply = c.route_command(cmd.clone(), route).await?;
+                let pairs: Vec<(String, Value)> = redis::from_redis_value(reply)?;
+                Ok(pairs)
+            }
+        }
+    }
+
+    /// Runs `cmd` on the node at `address` (as [`Conn::per_primary`] names it).
+    pub async fn on_address(&mut self, address: &str, cmd: &Cmd) -> RedisResult<Value> {
+        match (self, address.rsplit_once(':')) {
+            (Conn::Cluster(c), Some((host, port))) => {
+                let node = SingleNodeRoutingInfo::ByAddress {
+                    host: host.to_string(),
+                    port: port.parse().unwrap_or(6379),
+                };
+                c.route_command(cmd.clone(), RoutingInfo::SingleNode(node))
+                    .await
+            }
+            (Conn::Cluster(c), None) => cmd.query_async(c).await,
+            (Conn::Single(c), _) => cmd.query_async(c).await,
+        }
+    }
+
     /// Runs `cmd` (a keyless command such as SCAN) on the primary that holds `key`.
     pub async fn on_node_of(&mut self, key: &str, cmd: &Cmd) -> RedisResult<Value> {
         match self {

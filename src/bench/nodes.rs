@@ -1,0 +1,172 @@
+//! What the bench reads from Redis: memory and CPU of every primary (one server, or each
+//! primary of a cluster), and deleting the run's keys.
+
+use crate::store::conn::{Client, Conn};
+use anyhow::Context;
+use redis::Value;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// One primary's counters at one moment.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// `host:port` (`redis` for a single server).
+    pub node: String,
+    /// `used_memory`, bytes.
+    pub used_memory: u64,
+    /// `used_cpu_sys + used_cpu_user`, seconds.
+    pub cpu_s: f64,
+}
+
+/// One primary's CPU over a phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeCpu {
+    /// `host:port` (`redis` for a single server).
+    pub node: String,
+    /// CPU the node used, ms.
+    pub cpu_ms: f64,
+    /// Share of one core the node kept busy over the phase.
+    pub busy: f64,
+    /// CPU per item of the phase (fire or command), µs.
+    pub us_per_item: f64,
+}
+
+/// The Redis primaries of a run.
+pub struct Nodes {
+    conn: Conn,
+}
+
+impl Nodes {
+    /// Connects to `url` (a server or a cluster, as `--redis-url` takes).
+    pub async fn connect(url: &str) -> anyhow::Result<Nodes> {
+        let client = Client::open(url).await.context("redis URL")?;
+        Ok(Nodes {
+            conn: client.connect().await?,
+        })
+    }
+
+    /// Memory and CPU of every primary.
+    pub async fn sample(&self) -> anyhow::Result<Vec<Sample>> {
+        let mut info = redis::cmd("INFO");
+        info.arg("memory").arg("cpu");
+        let replies = self.conn.clone().per_primary(&info).await?;
+        let mut out = Vec::new();
+        for (node, v) in replies {
+            let text: String = redis::from_redis_value(v)?;
+            let field = |name: &str| -> f64 {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0.0)
+            };
+            out.push(Sample {
+                node,
+                used_memory: field("used_memory") as u64,
+                cpu_s: field("used_cpu_sys") + field("used_cpu_user"),
+            });
+        }
+        out.sort_by(|a, b| a.node.cmp(&b.node));
+        Ok(out)
+    }
+
+    /// Total `used_memory` of the primaries, bytes.
+    pub async fn used_memory(&self) -> anyhow::Result<u64> {
+        Ok(self.sample().await?.iter().map(|s| s.used_memory).sum())
+    }
+
+    /// Deletes every key under `prefix:` on every primary (SCAN, then UNLINK per hash
+    /// tag, so each call stays in one slot); returns how many.
+    pub async fn delete_keys(&self, prefix: &str) -> anyhow::Result<u64> {
+        let mut conn = self.conn.clone();
+        let nodes: Vec<String> = self.sample().await?.into_iter().map(|s| s.node).collect();
+        let mut n = 0u64;
+        for node in nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(format!("{prefix}:*"))
+                    .arg("COUNT")
+                    .arg(10_000);
+                let (next, keys): (u64, Vec<String>) =
+                    redis::from_redis_value(conn.on_address(&node, &scan).await?)?;
+                let mut by_tag: HashMap<&str, Vec<&String>> = HashMap::new();
+                for k in &keys {
+                    by_tag.entry(hash_tag(k)).or_default().push(k);
+                }
+                for group in by_tag.values() {
+                    let _: Value = redis::cmd("UNLINK")
+                        .arg(group)
+                        .query_async(&mut conn)
+                        .await?;
+                }
+                n += keys.len() as u64;
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// The part of `key` Redis Cluster hashes: between the first `{` and the next `}`.
+fn hash_tag(key: &str) -> &str {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|t| !t.is_empty())
+        .unwrap_or(key)
+}
+
+/// Each primary's CPU between two samples, over `elapsed_ms`, per one of `items`.
+pub fn cpu_between(
+    before: &[Sample],
+    after: &[Sample],
+    items: usize,
+    elapsed_ms: f64,
+) -> Vec<NodeCpu> {
+    after
+        .iter()
+        .map(|a| {
+            let b = before
+                .iter()
+                .find(|b| b.node == a.node)
+                .map_or(a.cpu_s, |b| b.cpu_s);
+            let cpu_ms = ((a.cpu_s - b) * 1000.0).max(0.0);
+            NodeCpu {
+                node: a.node.clone(),
+                cpu_ms: cpu_ms.round(),
+                busy: (cpu_ms / elapsed_ms.max(1.0) * 100.0).round() / 100.0,
+                us_per_item: (cpu_ms * 1000.0 / items.max(1) as f64 * 10.0).round() / 10.0,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_group_by_their_hash_tag() {
+        assert_eq!(hash_tag("kt:{cmds:3}:t:a"), "cmds:3");
+        assert_eq!(hash_tag("plain"), "plain");
+        assert_eq!(hash_tag("a{}b"), "a{}b");
+    }
+
+    #[test]
+    fn cpu_is_per_node_per_item() {
+        let s = |node: &str, cpu_s| Sample {
+            node: node.into(),
+            used_memory: 0,
+            cpu_s,
+        };
+        let cpu = cpu_between(&[s("a", 1.0)], &[s("a", 1.5)], 1_000, 1_000.0);
+        assert_eq!(cpu[0].cpu_ms, 500.0);
+        assert_eq!(cpu[0].busy, 0.5);
+        assert_eq!(cpu[0].us_per_item, 500.0);
+    }
+}
