@@ -3,7 +3,7 @@
 //! The user's `--kafka-option key=value` properties are applied last, so they override
 //! any default set here (security settings, timeouts, batching).
 
-use crate::config::KafkaArgs;
+use crate::config::{KafkaArgs, RunArgs};
 use rdkafka::ClientConfig;
 
 /// The brokers and the user's options: for admin, metadata and plain clients.
@@ -35,19 +35,50 @@ pub fn bulk_producer(kafka: &KafkaArgs) -> ClientConfig {
     with_user_options(cfg, kafka)
 }
 
-/// The commands consumer of group `group_id`. Offsets are stored by hand only after a
+/// How the group spreads partitions over its instances (`--assignment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Assignment {
+    /// Incremental: only the partitions that must move are revoked (KIP-429).
+    #[default]
+    CooperativeSticky,
+    /// Eager: every rebalance revokes every partition, then hands out ranges.
+    Range,
+    /// Eager, round robin.
+    Roundrobin,
+}
+
+impl Assignment {
+    /// librdkafka's `partition.assignment.strategy` value.
+    pub fn librdkafka(self) -> &'static str {
+        match self {
+            Assignment::CooperativeSticky => "cooperative-sticky",
+            Assignment::Range => "range",
+            Assignment::Roundrobin => "roundrobin",
+        }
+    }
+}
+
+/// The commands consumer of the run's group. Offsets are stored by hand only after a
 /// command was applied and its result acknowledged (`enable.auto.offset.store=false`),
 /// then committed in the background: rust-rdkafka's `examples/at_least_once.rs`.
-pub fn commands_consumer(kafka: &KafkaArgs, group_id: &str) -> ClientConfig {
-    let mut cfg = base(kafka);
-    cfg.set("group.id", group_id)
+/// Heartbeats go every tenth of the session timeout, so a rebalance reaches the members
+/// quickly.
+pub fn commands_consumer(args: &RunArgs) -> ClientConfig {
+    let mut cfg = base(&args.kafka);
+    let session = args.session_timeout_ms;
+    cfg.set("group.id", &args.group_id)
         .set("enable.auto.commit", "true")
         .set("auto.commit.interval.ms", "1000")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", "10")
-        .set("session.timeout.ms", "10000");
-    with_user_options(cfg, kafka)
+        .set("session.timeout.ms", session.to_string())
+        .set("heartbeat.interval.ms", (session / 10).max(100).to_string())
+        .set(
+            "partition.assignment.strategy",
+            args.assignment.librdkafka(),
+        );
+    with_user_options(cfg, &args.kafka)
 }
 
 /// A consumer that reads partitions it assigns itself (`ktimer tail`, the bench's
@@ -105,11 +136,43 @@ mod tests {
         assert_eq!(p.get("bootstrap.servers"), Some("b:1"));
         assert_eq!(p.get("linger.ms"), Some("20"));
         assert_eq!(p.get("enable.idempotence"), Some("true"));
-        let c = commands_consumer(&k, "g");
-        assert_eq!(c.get("group.id"), Some("g"));
+        let run = run_args(&["--brokers", "b:1", "--kafka-option", "linger.ms=20"]);
+        let c = commands_consumer(&run);
+        assert_eq!(c.get("group.id"), Some("ktimer"));
         assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(c.get("linger.ms"), Some("20"));
         assert_eq!(client(&k).get("group.id"), None);
+    }
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        let argv = [&["ktimer", "run"], argv].concat();
+        match crate::config::Cli::parse_from(argv).command {
+            crate::config::Command::Run(r) => r,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn the_session_timeout_sets_the_heartbeat_and_options_still_win() {
+        let c = commands_consumer(&run_args(&["--session-timeout-ms", "6000"]));
+        assert_eq!(c.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(c.get("heartbeat.interval.ms"), Some("600"));
+        assert_eq!(
+            c.get("partition.assignment.strategy"),
+            Some("cooperative-sticky")
+        );
+        let c = commands_consumer(&run_args(&[
+            "--assignment",
+            "range",
+            "--kafka-option",
+            "heartbeat.interval.ms=50",
+        ]));
+        assert_eq!(c.get("partition.assignment.strategy"), Some("range"));
+        assert_eq!(c.get("heartbeat.interval.ms"), Some("50"));
+        assert!(
+            crate::config::Cli::try_parse_from(["ktimer", "run", "--session-timeout-ms", "5"])
+                .is_err()
+        );
     }
 
     #[test]

@@ -116,7 +116,7 @@ fn commands_consumer(
 ) -> anyhow::Result<(Arc<StreamConsumer<IntakeContext>>, Events, i32)> {
     let k = &args.kafka;
     let (ctx, events) = ownership::context(store.clone(), &k.commands_topic);
-    let consumer: StreamConsumer<IntakeContext> = kafka::commands_consumer(k, &args.group_id)
+    let consumer: StreamConsumer<IntakeContext> = kafka::commands_consumer(args)
         .create_with_context(ctx)
         .context("creating the consumer")?;
     let partitions = topics::partition_count(&consumer, &k.commands_topic)?;

@@ -15,12 +15,7 @@ use std::time::Duration;
 
 const MIN: Duration = Duration::from_secs(60);
 /// Failover in seconds, not tens: a 6 s session timeout.
-const FAST: &[&str] = &[
-    "--kafka-option",
-    "session.timeout.ms=6000",
-    "--kafka-option",
-    "heartbeat.interval.ms=500",
-];
+const FAST: &[&str] = &["--session-timeout-ms", "6000"];
 const SESSION_MS: i64 = 6_000;
 
 /// Waits until the instances own `partitions` partitions between them.

@@ -105,6 +105,17 @@ pub struct RunArgs {
     /// Consumer group of the ktimer instances.
     #[arg(long, env = "KTIMER_GROUP_ID", default_value = "ktimer")]
     pub group_id: String,
+    /// How long the group waits for a silent instance (killed, frozen, cut off) before
+    /// its partitions move to the others: the failover time after a kill -9. The broker
+    /// bounds it (Kafka's group.min.session.timeout.ms, 6 s by default).
+    #[arg(long, env = "KTIMER_SESSION_TIMEOUT_MS", default_value_t = 10_000,
+        value_parser = clap::value_parser!(u32).range(1_000..=3_600_000))]
+    pub session_timeout_ms: u32,
+    /// How partitions are spread over the instances. `cooperative-sticky` moves only
+    /// the partitions that must move when an instance joins or leaves; the others keep
+    /// firing through the rebalance. Every instance of a group must use the same.
+    #[arg(long, env = "KTIMER_ASSIGNMENT", value_enum, default_value_t)]
+    pub assignment: crate::kafka::Assignment,
     /// Address of the HTTP admin port (/metrics, /healthz, /readyz, /timers/ID); `off` to disable.
     #[arg(long, env = "KTIMER_ADMIN_ADDR", default_value = "127.0.0.1:9464", value_parser = parse_addr)]
     pub admin_addr: AdminAddr,
