@@ -39,6 +39,11 @@ impl AllowList {
             .map_err(|e| format!("{path}: {e}"))
     }
 
+    /// The allow-list of these application entries (the applications file's `callbacks`).
+    pub fn from_map(applications: HashMap<String, Vec<String>>) -> AllowList {
+        AllowList { applications }
+    }
+
     /// Whether `application` may deliver to `topic`.
     pub fn permits(&self, application: &str, topic: &str) -> bool {
         let patterns = self

@@ -18,7 +18,9 @@
 //!   Avro single-object and JSON encodings; [`fingerprint`]: the specification's
 //!   single-object fingerprint (Parsing Canonical Form).
 //! - [`validate`]: a decoded command becomes an operation, or a reason (pure; every number
-//!   and size bounded); [`allow`]: the per-application callback allow-list;
+//!   and size bounded); [`allow`]: the per-application callback allow-list; [`apps`]:
+//!   per-application limits (`--applications`, reloaded on SIGHUP); [`pace`]: rate
+//!   limits as pacing;
 //!   [`partitioner`]: the one key-to-partition mapping (misrouted commands are forwarded);
 //!   [`schedule`]: cron expressions, time zones, DST rules, misfire planning (pure).
 //! - [`timer`]: the domain types the flow passes along (operation, schedule, stored
@@ -52,6 +54,7 @@
 
 pub mod admin;
 pub mod allow;
+pub mod apps;
 pub mod bench;
 pub mod catalog;
 pub mod client;
@@ -65,6 +68,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod migrator;
 pub mod ownership;
+pub mod pace;
 pub mod partitioner;
 pub mod retry;
 pub mod schedule;

@@ -1,6 +1,7 @@
 //! Every Prometheus metric of ktimer, defined in one place.
 //!
-//! Labels are bounded: `outcome`, `partition`, `op`; never a timer id.
+//! Labels are bounded: `outcome`, `partition`, `op`, and `application` only for the
+//! applications `--applications` names (all others are `other`); never a timer id.
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -28,6 +29,12 @@ pub struct Metrics {
     /// Times a partition's trigger or migrator had ended while the partition was held,
     /// and both were restarted.
     pub task_restarts: IntCounter,
+    /// Per application (named in `--applications`, else `other`): fires by `outcome`
+    /// (delivered; throttled: held back by the delivery rate limit).
+    pub app_fires: IntCounterVec,
+    /// Per application: commands by `outcome` (accepted, duplicate, rejected; throttled:
+    /// rejected by the intake rate limit; full: rejected by the pending timer limit).
+    pub app_commands: IntCounterVec,
 }
 
 impl Metrics {
@@ -83,8 +90,26 @@ impl Metrics {
             "Partition tasks (trigger, migrator, checkpoints) found ended while held, and restarted",
         )
         .expect("metric");
+        let app_fires = IntCounterVec::new(
+            Opts::new(
+                "application_fires_total",
+                "Fires per application (named in --applications, else other), by outcome",
+            ),
+            &["application", "outcome"],
+        )
+        .expect("metric");
+        let app_commands = IntCounterVec::new(
+            Opts::new(
+                "application_commands_total",
+                "Commands per application (named in --applications, else other), by outcome",
+            ),
+            &["application", "outcome"],
+        )
+        .expect("metric");
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(app_fires.clone()),
+            Box::new(app_commands.clone()),
             Box::new(replays.clone()),
             Box::new(commands.clone()),
             Box::new(fires.clone()),
@@ -105,6 +130,8 @@ impl Metrics {
             redis_errors,
             replays,
             task_restarts,
+            app_fires,
+            app_commands,
         }
     }
 

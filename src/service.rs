@@ -18,6 +18,7 @@ use crate::state::checkpoint::CheckpointConfig;
 use crate::status::{Status, StatusTx};
 use crate::store::Store;
 use crate::topics;
+use crate::trigger::TriggerConfig;
 use anyhow::Context;
 use rdkafka::consumer::StreamConsumer;
 use std::net::SocketAddr;
@@ -51,6 +52,9 @@ pub async fn run(
     };
     let sink = Arc::new(Sink::new(&kafka::producer(k), codec.clone(), topics)?);
     let (consumer, events, partitions) = commands_consumer(&args, &store)?;
+    if let Some(apps) = &args.applications {
+        crate::apps::reload_on_sighup(apps.clone(), token.clone());
+    }
     if let Some(addr) = args.admin_addr.0 {
         let state = AdminState {
             metrics: metrics.clone(),
@@ -67,7 +71,10 @@ pub async fn run(
         store: store.clone(),
         sink: sink.clone(),
         metrics: metrics.clone(),
-        trigger: (&args).into(),
+        trigger: TriggerConfig {
+            partitions,
+            ..(&args).into()
+        },
         migrator: MigratorConfig {
             plan: (&args).into(),
             clock: Clock::System,
@@ -101,6 +108,7 @@ pub async fn run(
         clock: Clock::System,
         routing: (k.partitioner, args.misrouted),
         partition_count: partitions,
+        intake_pacer: Default::default(),
     };
     tracing::info!(topic = %k.commands_topic, partitions, group = %args.group_id, "ktimer running");
     intake.run().await?;

@@ -143,6 +143,11 @@ pub struct RunArgs {
     /// TOML file of the callback topics each application may deliver to (README: allow-list).
     #[arg(long, env = "KTIMER_CALLBACK_ALLOW_LIST", value_parser = crate::allow::AllowList::load)]
     pub callback_allow_list: Option<std::sync::Arc<crate::allow::AllowList>>,
+    /// TOML file of per-application limits: delivery and intake rates, pending timers,
+    /// delivery attempts and backoff, callback topics (README: applications). Read again
+    /// on SIGHUP.
+    #[arg(long, env = "KTIMER_APPLICATIONS", value_parser = crate::apps::Apps::load)]
+    pub applications: Option<crate::apps::Apps>,
     /// Largest accepted distance to a due time, in days.
     #[arg(long, env = "KTIMER_MAX_HORIZON_DAYS", default_value_t = 3660)]
     pub max_horizon_days: i64,

@@ -11,6 +11,7 @@
 //! (`commands_total{outcome="unanswerable"}`) and passed over, never holding the partition.
 
 use super::Handled;
+use crate::apps::Applications;
 use crate::command::CommandResult;
 use crate::metrics::Metrics;
 use crate::ownership::IntakeContext;
@@ -34,19 +35,29 @@ pub(crate) struct Batch {
 }
 
 /// Enqueues the result of every handled record (in order) and counts the outcomes.
+/// Per application too, when `apps` names applications.
 pub(crate) async fn send(
     sink: &Sink,
     metrics: &Metrics,
+    apps: &Applications,
     topic: &str,
     handled: Vec<Handled>,
 ) -> Batch {
     let mut sent = Vec::with_capacity(handled.len());
+    let per_app = apps.names().next().is_some();
     for h in &handled {
         let outcome = match h.forward {
             Some(_) => "forwarded",
             None => h.result.outcome.label(),
         };
         metrics.commands.with_label_values(&[outcome]).inc();
+        if per_app {
+            let app = apps.label(h.result.application.as_deref().unwrap_or_default());
+            metrics
+                .app_commands
+                .with_label_values(&[app, outcome])
+                .inc();
+        }
         sent.push(answer(sink, topic, h).await);
     }
     Batch { handled, sent }

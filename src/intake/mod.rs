@@ -68,6 +68,8 @@ pub struct Intake {
     pub routing: (Partitioner, Misrouted),
     /// Partitions of the commands topic.
     pub partition_count: i32,
+    /// Per-application intake rate limits (this instance's partitions' shares).
+    pub intake_pacer: std::sync::Mutex<crate::pace::Pacer>,
 }
 
 /// The outcome of one record before its result is sent.
@@ -167,7 +169,8 @@ impl Intake {
         let Some(handled) = self.apply(prepared).await else {
             return;
         };
-        let batch = answer::send(&self.sink, &self.metrics, &self.topic, handled).await;
+        let apps = self.limits.apps.current();
+        let batch = answer::send(&self.sink, &self.metrics, &apps, &self.topic, handled).await;
         // Waiting for the acknowledgements overlaps the next batch; the channel is short,
         // so a slow broker still holds the intake back.
         if answers.send(batch).await.is_err() {

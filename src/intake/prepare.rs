@@ -4,6 +4,7 @@
 use super::{Forward, Handled, Intake};
 use crate::codec::CodecError;
 use crate::command::{CommandResult, Outcome, TimerCommand};
+use crate::pace::Rate;
 use crate::partitioner::Misrouted;
 use crate::retry::{Retry, Retryable, Stopped};
 use crate::sink::delivered;
@@ -69,7 +70,7 @@ impl Intake {
             let valid = match validate(&cmd, h.key.as_deref(), ts, now, &self.limits) {
                 Ok(op) => match self.deliverable(&op).await {
                     Some(why) => Err(why),
-                    None => Ok(op),
+                    None => self.admit(&cmd.application, m.partition(), ts.min(now), op),
                 },
                 Err(why) => Err(why),
             };
@@ -91,6 +92,31 @@ impl Intake {
             out.handled.push(h);
         }
         Some(out)
+    }
+
+    /// `op` if its application's intake rate limit admits a command produced at `ts_ms`
+    /// in `partition` (the limit is split evenly over the partitions; record times make
+    /// a backlog count as it was produced), else the reason it is rejected.
+    fn admit(&self, app: &str, partition: i32, ts_ms: i64, op: Op) -> Result<Op, String> {
+        let apps = self.limits.apps.current();
+        let Some(limit) = apps.of(app).commands_per_second else {
+            return Ok(op);
+        };
+        let rate = Rate::share(limit, self.partition_count, 1.0);
+        let key = format!("{partition}/{app}");
+        let mut pacer = self.intake_pacer.lock().expect("pacer lock");
+        if pacer.admit(&key, ts_ms * 1000, rate) {
+            return Ok(op);
+        }
+        let label = apps.label(app);
+        self.metrics
+            .app_commands
+            .with_label_values(&[label, "throttled"])
+            .inc();
+        Err(format!(
+            "intake rate limit: application {} may send at most {limit} commands per second",
+            crate::validate::echo(app.as_bytes())
+        ))
     }
 
     /// The partition the record's key maps to, when the record is not in it.

@@ -3,10 +3,14 @@
 
 use super::ready::Pending;
 use super::task::Trigger;
+use crate::pace::Rate;
 use crate::retry::{worth_logging, Backoff, Retryable};
 use crate::sink::{delivered, SinkError, Stamp};
 use crate::store::StoreError;
 use futures::FutureExt;
+
+/// Bursts a delivery rate limit lets through at once: this many seconds' worth.
+const PACE_BURST_S: f64 = 0.1;
 
 /// What follows a failed delivery.
 #[derive(Debug, PartialEq)]
@@ -64,6 +68,12 @@ impl Trigger {
                 self.acks.push(pending.fire.member);
                 continue;
             }
+            let (pending, at) = self.pace(pending, now);
+            if at > now {
+                self.requeue(at, pending);
+                continue;
+            }
+            let fire = &pending.fire;
             let stamp = Stamp {
                 attempt: pending.attempt,
                 fired_ms: now,
@@ -88,6 +98,29 @@ impl Trigger {
         Ok(())
     }
 
+    /// The send time its application's delivery rate limit gives a fire due to go at
+    /// `now` (booked once per fire; dead letters are not limited).
+    fn pace(&mut self, mut pending: Pending, now: i64) -> (Pending, i64) {
+        if pending.paced || pending.dead.is_some() {
+            return (pending, now);
+        }
+        pending.paced = true;
+        let apps = self.cfg.apps.current();
+        let app = pending.fire.def.application.as_str();
+        let Some(limit) = apps.of(app).fires_per_second else {
+            return (pending, now);
+        };
+        let rate = Rate::share(limit, self.cfg.partitions, PACE_BURST_S);
+        let at_ms = (self.pacer.slot(app, now * 1000, rate) + 999) / 1000;
+        if at_ms > now {
+            let label = apps.label(app);
+            self.app_fires
+                .with_label_values(&[label, "throttled"])
+                .inc();
+        }
+        (pending, at_ms)
+    }
+
     /// A delivery failed: retry later with backoff, or route the fire to the dead-letter
     /// topic now (see [`next`]).
     pub(super) fn failed(&mut self, mut pending: Pending, e: SinkError) {
@@ -95,12 +128,12 @@ impl Trigger {
         let p = self.partition;
         let now = self.clock.now_ms();
         let retryable = e.is_retryable();
-        let b = self.cfg.delivery_backoff;
+        let (max_attempts, b) = self.delivery_policy(&pending.fire.def.application);
         match next(
             pending.attempt,
             pending.dead.is_some(),
             retryable,
-            self.cfg.max_attempts,
+            max_attempts,
             b,
         ) {
             Next::DeadLetter => {
@@ -127,6 +160,22 @@ impl Trigger {
         }
     }
 
+    /// The delivery attempts and backoff of `app`: its settings, else the command line's.
+    fn delivery_policy(&self, app: &str) -> (i32, Backoff) {
+        let apps = self.cfg.apps.current();
+        let s = apps.of(app);
+        let b = self.cfg.delivery_backoff;
+        let ms = std::time::Duration::from_millis;
+        let backoff = Backoff {
+            base: s.retry_base_ms.map_or(b.base, ms),
+            max: s.retry_max_ms.map_or(b.max, ms),
+        };
+        (
+            s.delivery_attempts.unwrap_or(self.cfg.max_attempts),
+            backoff,
+        )
+    }
+
     /// Queues `pending` to be sent at `at_ms`.
     pub(super) fn requeue(&mut self, at_ms: i64, pending: Pending) {
         self.ready.push(at_ms, pending);
@@ -138,6 +187,15 @@ impl Trigger {
         match (r, pending.dead) {
             (Ok(()), None) => {
                 self.m.delivered.inc();
+                let label = self
+                    .cfg
+                    .apps
+                    .current()
+                    .label(&pending.fire.def.application)
+                    .to_string();
+                self.app_fires
+                    .with_label_values(&[&label, "delivered"])
+                    .inc();
                 self.acks.push(pending.fire.member);
             }
             (Ok(()), Some(why)) => {

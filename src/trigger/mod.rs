@@ -31,6 +31,7 @@ pub use gate::Gate;
 pub use lease::LEASE;
 pub use wake::Wake;
 
+use crate::apps::Apps;
 use crate::clock::Clock;
 use crate::config::RunArgs;
 use crate::metrics::Metrics;
@@ -66,6 +67,10 @@ pub struct TriggerConfig {
     /// per partition, set when its tasks start): claims from a Redis that came back older
     /// than [`Confirmed::floor`] are refused.
     pub checkpoint: Arc<Confirmed>,
+    /// Per-application delivery rate limits, attempts and backoff.
+    pub apps: Apps,
+    /// Partitions of the commands topic (each takes an even share of a rate limit).
+    pub partitions: i32,
 }
 
 impl From<&RunArgs> for TriggerConfig {
@@ -84,6 +89,8 @@ impl From<&RunArgs> for TriggerConfig {
             lease: LEASE,
             clock: Clock::System,
             checkpoint: Arc::default(),
+            apps: a.applications.clone().unwrap_or_default(),
+            partitions: 1,
         }
     }
 }

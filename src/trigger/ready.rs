@@ -11,6 +11,8 @@ pub struct Pending {
     pub attempt: i32,
     /// Set when the fire goes to the dead-letter topic instead: why.
     pub dead: Option<String>,
+    /// Whether its application's delivery rate limit gave it its send time already.
+    pub paced: bool,
 }
 
 /// Claimed fires by send time, then arrival order.
@@ -72,6 +74,7 @@ mod tests {
             },
             attempt: 1,
             dead: None,
+            paced: false,
         }
     }
 

@@ -5,6 +5,7 @@ use super::ready::{Pending, Ready};
 use super::{Gate, TriggerConfig, Wake};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
+use crate::pace::Pacer;
 use crate::retry::Retry;
 use crate::shutdown::CancellationToken;
 use crate::sink::{Sink, SinkError};
@@ -12,7 +13,7 @@ use crate::store::{ClaimWindow, Store, StoreError};
 use crate::timer::Fire;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use prometheus::{Histogram, IntCounter, IntGauge};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
@@ -72,6 +73,10 @@ pub(super) struct Trigger {
     /// Members this trigger holds (queued, sending, or delivered and not yet
     /// acknowledged): a re-read of the in-flight set skips them.
     pub held: HashSet<String>,
+    /// Per-application delivery rate limits: this partition's share.
+    pub pacer: Pacer,
+    /// Fires per application (bounded labels: see [`crate::apps::Applications::label`]).
+    pub app_fires: IntCounterVec,
 }
 
 impl Trigger {
@@ -107,6 +112,8 @@ impl Trigger {
             undeliverable: 0,
             recovered: false,
             held: HashSet::new(),
+            pacer: Pacer::default(),
+            app_fires: metrics.app_fires.clone(),
         }
     }
 
@@ -142,6 +149,7 @@ impl Trigger {
             fire,
             attempt: 1,
             dead: None,
+            paced: false,
         };
         self.requeue(at, pending);
     }

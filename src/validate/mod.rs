@@ -41,6 +41,8 @@ pub struct Limits {
     pub own_topics: Vec<String>,
     /// Where each application may deliver, when an allow-list is configured.
     pub allow: Option<Arc<AllowList>>,
+    /// Per-application settings; their `callbacks` apply when there is no `allow`.
+    pub apps: crate::apps::Apps,
     /// The default callback topic (ktimer's fired topic), open to every application.
     pub fired_topic: String,
 }
@@ -58,6 +60,7 @@ impl From<&crate::config::RunArgs> for Limits {
                 a.kafka.state_topic.clone(),
             ],
             allow: a.callback_allow_list.clone(),
+            apps: a.applications.clone().unwrap_or_default(),
             fired_topic: a.kafka.fired_topic.clone(),
         }
     }
@@ -73,6 +76,7 @@ impl Default for Limits {
                 .map(String::from)
                 .to_vec(),
             allow: None,
+            apps: Default::default(),
             fired_topic: "ktimer.fired".into(),
         }
     }
@@ -293,7 +297,9 @@ fn check_allowed(app: &str, cb: &Callback, limits: &Limits) -> Result<(), String
             echo(topic.as_bytes())
         ));
     }
-    match &limits.allow {
+    let apps = limits.apps.current();
+    let list = limits.allow.as_deref().or(apps.callbacks());
+    match list {
         Some(allow) if !allow.permits(app, topic) => Err(format!(
             "application {} may not deliver to {} (callback allow-list)",
             echo(app.as_bytes()),

@@ -1,0 +1,252 @@
+//! Per-application settings (`--applications FILE`): limits that keep one application's
+//! flood from delaying another's fires. A TOML file, read at start and again on SIGHUP
+//! (a file that does not parse is refused and the settings in force stay):
+//!
+//! ```toml
+//! [applications.orders]
+//! fires_per_second = 2000        # delivery rate limit (fires over it wait their turn)
+//! commands_per_second = 500      # intake rate limit (commands over it: REJECTED)
+//! max_pending = 1000000          # timers not yet done (creates over it: REJECTED)
+//! delivery_attempts = 5          # before the dead-letter topic
+//! retry_base_ms = 200            # delivery backoff: base, doubling up to
+//! retry_max_ms = 10000           #   this
+//! callbacks = ["orders.timeouts", "orders.reminders.*"]   # allowed callback topics
+//!
+//! [applications."*"]             # every application not named
+//! fires_per_second = 500
+//! ```
+//!
+//! Every setting is optional; what an application's entry leaves out comes from the
+//! command line (`--max-delivery-attempts`, `--retry-base-ms`, ...), not from `"*"`.
+//! Rates and pending limits are for the whole group: each partition takes an even share
+//! (timer ids spread an application over the partitions). Metrics name the applications
+//! of the file; all others are counted as `other`.
+
+use crate::allow::AllowList;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+/// The settings of one application (or of `"*"`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Most fires delivered per second.
+    pub fires_per_second: Option<f64>,
+    /// Most commands accepted per second.
+    pub commands_per_second: Option<f64>,
+    /// Most timers not yet done (scheduled or paused).
+    pub max_pending: Option<u64>,
+    /// Delivery attempts before the dead-letter topic.
+    pub delivery_attempts: Option<i32>,
+    /// First delay between delivery attempts, ms.
+    pub retry_base_ms: Option<u64>,
+    /// Longest delay between delivery attempts, ms.
+    pub retry_max_ms: Option<u64>,
+    /// Callback topics (exact names, or prefixes ending in `*`).
+    pub callbacks: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    applications: HashMap<String, Settings>,
+}
+
+/// A parsed applications file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Applications {
+    apps: HashMap<String, Settings>,
+    callbacks: Option<AllowList>,
+}
+
+/// No settings: the defaults of an application nobody named.
+static NONE: Settings = Settings {
+    fires_per_second: None,
+    commands_per_second: None,
+    max_pending: None,
+    delivery_attempts: None,
+    retry_base_ms: None,
+    retry_max_ms: None,
+    callbacks: None,
+};
+
+impl Applications {
+    /// Parses and checks the TOML text of an applications file.
+    pub fn parse(text: &str) -> Result<Applications, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        for (name, s) in &file.applications {
+            let positive = |v: Option<f64>| v.is_none_or(|v| v > 0.0 && v.is_finite());
+            if !positive(s.fires_per_second) || !positive(s.commands_per_second) {
+                return Err(format!("{name}: rates must be positive numbers"));
+            }
+            if s.delivery_attempts.is_some_and(|a| a < 1) {
+                return Err(format!("{name}: delivery_attempts must be at least 1"));
+            }
+        }
+        let lists: HashMap<String, Vec<String>> = file
+            .applications
+            .iter()
+            .filter_map(|(n, s)| Some((n.clone(), s.callbacks.clone()?)))
+            .collect();
+        let callbacks = (!lists.is_empty()).then(|| AllowList::from_map(lists));
+        Ok(Applications {
+            apps: file.applications,
+            callbacks,
+        })
+    }
+
+    /// The settings of `app`: its own entry, else `"*"`, else none.
+    pub fn of(&self, app: &str) -> &Settings {
+        self.apps
+            .get(app)
+            .or_else(|| self.apps.get("*"))
+            .unwrap_or(&NONE)
+    }
+
+    /// The metrics label of `app`: its name when the file names it, else `other`.
+    pub fn label<'a>(&self, app: &'a str) -> &'a str {
+        if app != "*" && self.apps.contains_key(app) {
+            app
+        } else {
+            "other"
+        }
+    }
+
+    /// The applications the file names (bounded metric labels).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.apps.keys().map(String::as_str).filter(|n| *n != "*")
+    }
+
+    /// The callback allow-list the file's `callbacks` entries make, if any.
+    pub fn callbacks(&self) -> Option<&AllowList> {
+        self.callbacks.as_ref()
+    }
+}
+
+/// The settings in force, replaced by [`Apps::reload`] (on SIGHUP). Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Apps {
+    path: Option<PathBuf>,
+    current: Arc<RwLock<Arc<Applications>>>,
+}
+
+impl std::fmt::Debug for Apps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Apps").field("path", &self.path).finish()
+    }
+}
+
+impl Apps {
+    /// Reads `path` (clap's value parser of `--applications`).
+    pub fn load(path: &str) -> Result<Apps, String> {
+        let apps = read(Path::new(path))?;
+        Ok(Apps {
+            path: Some(PathBuf::from(path)),
+            current: Arc::new(RwLock::new(Arc::new(apps))),
+        })
+    }
+
+    /// Fixed settings (tests, and no file).
+    pub fn fixed(apps: Applications) -> Apps {
+        Apps {
+            path: None,
+            current: Arc::new(RwLock::new(Arc::new(apps))),
+        }
+    }
+
+    /// The settings in force now.
+    pub fn current(&self) -> Arc<Applications> {
+        self.current.read().expect("apps lock").clone()
+    }
+
+    /// Reads the file again; on an error the settings in force stay.
+    pub fn reload(&self) -> Result<(), String> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let apps = read(path)?;
+        *self.current.write().expect("apps lock") = Arc::new(apps);
+        Ok(())
+    }
+}
+
+/// Reads the applications file again on every SIGHUP until `token` is cancelled.
+pub fn reload_on_sighup(apps: Apps, token: crate::shutdown::CancellationToken) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("no SIGHUP handler: the applications file is read only at start");
+        return;
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => return,
+                _ = hup.recv() => match apps.reload() {
+                    Ok(()) => tracing::info!(path = ?apps.path, "applications file reloaded"),
+                    Err(e) => tracing::error!(error = %e, "applications file not reloaded; the settings in force stay"),
+                },
+            }
+        }
+    });
+}
+
+fn read(path: &Path) -> Result<Applications, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Applications::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILE: &str = r#"
+        [applications.orders]
+        fires_per_second = 2000
+        max_pending = 10
+        callbacks = ["orders.*"]
+        [applications."*"]
+        commands_per_second = 5
+    "#;
+
+    #[test]
+    fn an_application_gets_its_entry_or_the_default() {
+        let a = Applications::parse(FILE).unwrap();
+        assert_eq!(a.of("orders").fires_per_second, Some(2000.0));
+        assert_eq!(a.of("orders").commands_per_second, None, "not inherited");
+        assert_eq!(a.of("billing").commands_per_second, Some(5.0));
+        assert_eq!(a.label("orders"), "orders");
+        assert_eq!(a.label("billing"), "other");
+        let cb = a.callbacks().unwrap();
+        assert!(cb.permits("orders", "orders.x"));
+        assert!(!cb.permits("orders", "billing.x"));
+        assert!(
+            !cb.permits("billing", "orders.x"),
+            "\"*\" lists no callbacks"
+        );
+        assert_eq!(Applications::parse("").unwrap().of("x"), &NONE);
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_a_reason() {
+        let bad = |t: &str| Applications::parse(t).unwrap_err();
+        assert!(bad("[applications.a]\nfires_per_second = 0").contains("positive"));
+        assert!(bad("[applications.a]\ndelivery_attempts = 0").contains("at least 1"));
+        assert!(bad("[applications.a]\nfires = 1").contains("unknown field"));
+    }
+
+    #[test]
+    fn a_reload_replaces_the_settings_and_a_bad_file_keeps_them() {
+        let path = std::env::temp_dir().join(format!("ktimer-apps-{}.toml", std::process::id()));
+        std::fs::write(&path, FILE).unwrap();
+        let apps = Apps::load(path.to_str().unwrap()).unwrap();
+        std::fs::write(&path, "[applications.orders]\nfires_per_second = 5").unwrap();
+        apps.reload().unwrap();
+        assert_eq!(apps.current().of("orders").fires_per_second, Some(5.0));
+        std::fs::write(&path, "not toml [").unwrap();
+        assert!(apps.reload().is_err());
+        assert_eq!(apps.current().of("orders").fires_per_second, Some(5.0));
+        let _ = std::fs::remove_file(path);
+    }
+}

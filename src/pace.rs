@@ -1,0 +1,105 @@
+//! Rate limits as pacing (the generic cell rate algorithm, GCRA): each key keeps the
+//! theoretical arrival time of its next event. One [`Pacer`] per partition, so a limit
+//! split evenly over the partitions holds for the group without coordination (an
+//! application's timers spread over the partitions by the hash of their ids).
+//!
+//! Pure: times are passed in (µs), so the tests control the clock.
+
+use std::collections::HashMap;
+
+/// A rate: `per_second` events, with bursts of up to `burst` events at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    /// Events per second; > 0.
+    pub per_second: f64,
+    /// Events that may happen at once before pacing starts; >= 1.
+    pub burst: f64,
+}
+
+impl Rate {
+    /// The share of `per_second` one of `partitions` partitions gets, with bursts of
+    /// `burst_s` seconds' worth (at least one event).
+    pub fn share(per_second: f64, partitions: i32, burst_s: f64) -> Rate {
+        let per_second = per_second / partitions.max(1) as f64;
+        Rate {
+            per_second,
+            burst: (per_second * burst_s).max(1.0),
+        }
+    }
+
+    fn interval_us(self) -> f64 {
+        1e6 / self.per_second
+    }
+}
+
+/// The next-event times of some keys (applications).
+#[derive(Debug, Default)]
+pub struct Pacer {
+    tat_us: HashMap<String, f64>,
+}
+
+impl Pacer {
+    /// When (µs) an event of `key` that is ready at `now_us` may happen under `rate`; the
+    /// slot is booked. Never before `now_us`.
+    pub fn slot(&mut self, key: &str, now_us: i64, rate: Rate) -> i64 {
+        let now = now_us as f64;
+        let t = rate.interval_us();
+        let tat = self.tat(key, now);
+        let at = now.max(*tat - t * (rate.burst - 1.0));
+        *tat = tat.max(now) + t;
+        at.ceil() as i64
+    }
+
+    /// Whether an event of `key` may happen at `now_us` under `rate`; books it if so.
+    pub fn admit(&mut self, key: &str, now_us: i64, rate: Rate) -> bool {
+        let now = now_us as f64;
+        let t = rate.interval_us();
+        let tat = self.tat(key, now);
+        if now < *tat - t * (rate.burst - 1.0) {
+            return false;
+        }
+        *tat = tat.max(now) + t;
+        true
+    }
+
+    fn tat(&mut self, key: &str, now: f64) -> &mut f64 {
+        if !self.tat_us.contains_key(key) {
+            self.tat_us.insert(key.to_string(), now);
+        }
+        self.tat_us.get_mut(key).expect("inserted")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_over_the_rate_are_spaced_out_and_never_early() {
+        let mut p = Pacer::default();
+        let r = Rate {
+            per_second: 1_000.0,
+            burst: 2.0,
+        };
+        // A burst of 2 goes at once, then one per ms.
+        let slots: Vec<i64> = (0..5).map(|_| p.slot("a", 10_000, r)).collect();
+        assert_eq!(slots, [10_000, 10_000, 11_000, 12_000, 13_000]);
+        // Another key is not held back.
+        assert_eq!(p.slot("b", 10_000, r), 10_000);
+        // After a quiet spell, no debt is kept.
+        assert_eq!(p.slot("a", 1_000_000, r), 1_000_000);
+    }
+
+    #[test]
+    fn admission_refuses_what_is_over_the_rate() {
+        let mut p = Pacer::default();
+        let r = Rate::share(2_000.0, 2, 1.0); // 1,000/s, bursts of 1,000
+        assert_eq!(r.per_second, 1_000.0);
+        let admitted = (0..1_500).filter(|_| p.admit("a", 0, r)).count();
+        assert_eq!(admitted, 1_000);
+        // Half a second later, half a second's worth more.
+        let more = (0..1_000).filter(|_| p.admit("a", 500_000, r)).count();
+        assert_eq!(more, 500);
+        assert!(p.admit("b", 0, r));
+    }
+}
