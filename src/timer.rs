@@ -105,6 +105,9 @@ pub struct ApplyRequest {
     pub request_id: String,
     /// The application that sent the command; a timer belongs to the one that created it.
     pub application: String,
+    /// Most live (scheduled or paused) timers the application may have in the
+    /// partition: a create beyond it is rejected. `None`: no limit.
+    pub max_pending: Option<u64>,
     /// What to do.
     pub op: Op,
 }

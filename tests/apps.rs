@@ -188,3 +188,86 @@ async fn the_applications_file_is_read_again_on_sighup() {
     let r = got.results(1, MIN).await.remove(0);
     assert_eq!(r.outcome, Outcome::Accepted, "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_at_its_pending_limit_is_rejected_until_timers_are_done() {
+    let file = apps_file("full", "[applications.full]\nmax_pending = 20\n");
+    let env = TestEnv::new("full", 1, &["--applications", &file]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let far = now_ms() + 600_000;
+    let soon = now_ms() + 3_000;
+    // 5 due soon and 15 far: the limit; 5 more over it; another application is not limited.
+    let mut cmds: Vec<TimerCommand> = (0..25)
+        .map(|i| {
+            of(
+                "full",
+                once_at(&format!("f-{i}"), if i < 5 { soon } else { far }, ""),
+            )
+        })
+        .collect();
+    cmds.push(of("other", once_at("o-1", far, "")));
+    env.send_many(&cmds).await;
+    let rs = got.results(cmds.len(), MIN).await;
+    let outcome = |id: &str| {
+        rs.iter()
+            .find(|r| r.timer_id.as_deref() == Some(id))
+            .unwrap()
+    };
+    for i in 0..20 {
+        assert_eq!(outcome(&format!("f-{i}")).outcome, Outcome::Accepted);
+    }
+    for i in 20..25 {
+        let r = outcome(&format!("f-{i}"));
+        assert_eq!(r.outcome, Outcome::Rejected);
+        assert!(
+            r.reason.as_deref().unwrap().contains("pending timer limit"),
+            "{r:?}"
+        );
+    }
+    assert_eq!(outcome("o-1").outcome, Outcome::Accepted);
+
+    // Cancelled and fired timers no longer count.
+    env.send_many(
+        &(5..8)
+            .map(|i| of("full", common::cancel(&format!("f-{i}"))))
+            .collect::<Vec<_>>(),
+    )
+    .await;
+    assert!(got
+        .results(3, MIN)
+        .await
+        .iter()
+        .all(|r| r.outcome == Outcome::Accepted));
+    assert_eq!(got.fires(5, MIN).await.len(), 5);
+    let key =
+        ktimer::store::Keys::new(&env.args.redis_prefix, &env.args.kafka.commands_topic, 0).apps();
+    let client = redis::Client::open(common::servers().redis_url.as_str()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let deadline = tokio::time::Instant::now() + MIN;
+    loop {
+        // The fires' acknowledgement reaches Redis shortly after the records arrive.
+        let n: Option<i64> = redis::cmd("HGET")
+            .arg(&key)
+            .arg("full")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        if n == Some(12) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "live count {n:?}, expected 12"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let more: Vec<TimerCommand> = (30..39)
+        .map(|i| of("full", once_at(&format!("f-{i}"), far, "")))
+        .collect();
+    env.send_many(&more).await;
+    let rs = got.results(more.len(), MIN).await;
+    let accepted = rs.iter().filter(|r| r.outcome == Outcome::Accepted).count();
+    assert_eq!(accepted, 8, "room for 8 again: {rs:?}");
+    svc.stop().await;
+}

@@ -6,7 +6,7 @@ mod common;
 
 use common::store::{window, World, T0};
 use ktimer::command::{CommandKind, TimerCommand};
-use ktimer::store::{CheckpointPage, Restore};
+use ktimer::store::{CheckpointPage, Restore, Store};
 use ktimer::timer::TimerState;
 
 /// What the tests below add to the store harness.
@@ -164,12 +164,16 @@ async fn a_restore_applies_the_fire_watermark_and_the_in_flight_list() {
     };
     assert_eq!(view("fired").await.state, Some(TimerState::Fired));
     assert_eq!(view("later").await.state, Some(TimerState::Scheduled));
+    // Live timers per application are counted again: flying, later and cron.
+    let live = |s: Store| async move { s.live_timers(0).await.unwrap().get("app").copied() };
+    assert_eq!(live(r.store.clone()).await, Some(3));
     let (_, flying) = r.store.in_flight_page(0, 0).await.unwrap();
     assert_eq!(flying.len(), 1);
     assert!(flying[0].ends_with(":flying"), "{flying:?}");
     // Nothing of the past fires again from the slices; the later one-shot does.
     assert_eq!(r.fire(T0 + 29_999).await, Vec::<String>::new());
     assert_eq!(r.fire(T0 + 30_000).await, vec!["later"]);
+    assert_eq!(live(r.store.clone()).await, Some(2), "the later one fired");
     // The cron goes on from the watermark: its next window starts after T0+25s.
     let due = r.store.cron_due(0, r.epoch, T0 + 25_000, 10).await.unwrap();
     assert_eq!(due.len(), 1);

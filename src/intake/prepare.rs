@@ -83,6 +83,7 @@ impl Intake {
                         offset: m.offset(),
                         timer_id: cmd.timer_id,
                         request_id: cmd.request_id,
+                        max_pending: self.max_pending(&cmd.application),
                         application: cmd.application,
                         op,
                     });
@@ -117,6 +118,12 @@ impl Intake {
             "intake rate limit: application {} may send at most {limit} commands per second",
             crate::validate::echo(app.as_bytes())
         ))
+    }
+
+    /// This partition's share of the application's `max_pending` (rounded up).
+    fn max_pending(&self, app: &str) -> Option<u64> {
+        let most = self.limits.apps.current().of(app).max_pending?;
+        Some(most.div_ceil(self.partition_count.max(1) as u64))
     }
 
     /// The partition the record's key maps to, when the record is not in it.

@@ -10,7 +10,8 @@
 -- deferred sets.
 -- Every call counts in the acknowledgement counter (a checkpoint is due after fires).
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 deferred by due,
---       6 deferred by first offset, 7 acknowledgement counter
+--       6 deferred by first offset, 7 acknowledgement counter, 8 live timers per
+--       application
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 retention ms, 4.. members
 -- Returns the number of members removed, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -46,11 +47,19 @@ for i = 4, #ARGV do
       redis.call('HSET', tkey, 'dlr', due, 'dlx', reason)
     end
     if t[3] ~= 'c' then
+      local app = redis.call('HGET', tkey, 'a')
+      if app then
+        redis.call('HINCRBY', KEYS[8], app, -1)
+      end
       redis.call('HSET', tkey, 'st', reason and 'dead_lettered' or 'fired')
       redis.call('PEXPIRE', tkey, ARGV[3])
     else
       redis.call('HSET', tkey, 'last', due)
       if t[6] == due or (t[5] and tonumber(t[4] or '0') >= tonumber(t[5])) then
+        local app = redis.call('HGET', tkey, 'a')
+        if app then
+          redis.call('HINCRBY', KEYS[8], app, -1)
+        end
         redis.call('HSET', tkey, 'st', 'completed')
         redis.call('PEXPIRE', tkey, ARGV[3])
         redis.call('ZREM', KEYS[3], id)

@@ -3,7 +3,7 @@
 -- KEYS: 1 epoch, 2 applied offset, 3 slice index, 4 in-flight set, 5 cron index,
 --       6 dirty set (timers changed since the last checkpoint, scored by the first
 --       command that changed them since), 7 deferred timers by due, 8 by first offset
---       (checkpoint.lua), 8+i timer hash of the i-th command
+--       (checkpoint.lua), 9 live timers per application, 9+i timer hash of the i-th command
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
 --       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
 --       6 defer ms, then per command a group:
@@ -12,8 +12,9 @@
 --       cron occurrence), +6 stored definition ('' keeps the current one on update),
 --       +7 cron spec (JSON), +8 misfire (once | all | skip), +9 max fires (''),
 --       +10 materialised through ms, +11 next materialisation ms ('' when the schedule is
---       exhausted), +12 origin ms (resume), +13 application, +14 number of cron
---       occurrences that follow, +15.. the occurrences to materialise
+--       exhausted), +12 origin ms (resume), +13 application, +14 most live timers the
+--       application may have in the partition ('' no limit), +15 number of cron
+--       occurrences that follow, +16.. the occurrences to materialise
 -- Returns {'fenced'} (also when Redis is behind ARGV[4]: it lost writes), or per command {code, version, state, due, reason} flattened; code
 -- is accepted | duplicate | rejected.
 -- Invariants:
@@ -26,6 +27,9 @@
 -- * the applied offset only grows; it is the highest offset of the batch once applied;
 -- * a timer belongs to the application that created it (field a): a command of another
 --   application is rejected and changes nothing;
+-- * KEYS[9] counts each application's live (scheduled or paused) timers: a create that
+--   makes a timer live adds one, every change to a done state (complete(), cancel, a
+--   fire acknowledged, ...) takes one; a create over the limit is rejected;
 -- * a slice index entry names a minute whose slice has members: a command that empties a
 --   slice removes its entry (claim.lua only looks a bounded way past empty ones);
 -- * a cron timer whose fires reached its maximum (through an update or a resume) is
@@ -88,14 +92,14 @@ local function install(tkey, a, id, off, live)
     redis.call('HDEL', tkey, 'mx')
   end
   if fired_out(tkey) then
-    complete(tkey, id, ARGV[2], KEYS[5], KEYS[6])
+    complete(tkey, id, ARGV[2], KEYS[5], KEYS[6], KEYS[9])
     return
   end
   if not live then
     return
   end
   local last
-  for i = a + 15, a + 14 + tonumber(ARGV[a + 14]) do
+  for i = a + 16, a + 15 + tonumber(ARGV[a + 15]) do
     slice_add(ARGV[i], off .. ':' .. ARGV[i] .. ':' .. id)
     last = ARGV[i]
   end
@@ -143,6 +147,12 @@ local function apply_one(tkey, a)
     if live then
       return 'rejected', 'a timer with this id is ' .. st .. '; update or cancel it first'
     end
+    local most = ARGV[a + 14]
+    if most ~= '' and tonumber(redis.call('HGET', KEYS[9], app) or '0') >= tonumber(most) then
+      return 'rejected', 'pending timer limit: the application has ' .. most ..
+        ' timers not yet done in this partition'
+    end
+    redis.call('HINCRBY', KEYS[9], app, 1)
     local persisted
     if v then
       -- A timer whose state was written keeps owing its record (field p).
@@ -207,7 +217,7 @@ local function apply_one(tkey, a)
   elseif op == 'resume' then
     redis.call('HSET', tkey, 'st', 'scheduled')
     if kind == 'c' and fired_out(tkey) then
-      complete(tkey, id, ARGV[2], KEYS[5], KEYS[6])
+      complete(tkey, id, ARGV[2], KEYS[5], KEYS[6], KEYS[9])
       return 'accepted', 'the timer has fired max_fires times: completed'
     elseif kind == 'c' then
       -- Occurrences from the resume on; the migrator materialises them at once.
@@ -218,6 +228,7 @@ local function apply_one(tkey, a)
       slice_add(due, off .. ':' .. due .. ':' .. id)
     end
   elseif op == 'cancel' then
+    done(tkey, KEYS[9])
     redis.call('HSET', tkey, 'st', 'cancelled')
     redis.call('ZREM', KEYS[5], id)
     redis.call('PEXPIRE', tkey, ARGV[2])
@@ -226,7 +237,7 @@ local function apply_one(tkey, a)
 end
 
 local a = 7
-local i = 9
+local i = 10
 while a <= #ARGV do
   local tkey = KEYS[i]
   deferred = false
@@ -243,7 +254,7 @@ while a <= #ARGV do
   out[#out + 1] = st
   out[#out + 1] = due
   out[#out + 1] = reason
-  a = a + 15 + tonumber(ARGV[a + 14])
+  a = a + 16 + tonumber(ARGV[a + 15])
   i = i + 1
 end
 if top > tonumber(redis.call('GET', KEYS[2]) or '-1') then

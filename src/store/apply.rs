@@ -66,6 +66,7 @@ impl Store {
                 .key(k.dirty())
                 .key(k.deferred())
                 .key(k.deferred_offsets())
+                .key(k.apps())
                 .arg(first.epoch)
                 .arg(self.retention_ms)
                 .arg(k.slice_prefix())
@@ -168,8 +169,8 @@ impl Args for Vec<Vec<u8>> {
 
 /// Appends the argument group of one command (see the header of apply.lua): offset, op,
 /// timer id, request id, kind, due, definition, cron spec, misfire, max fires,
-/// materialised through, next refill, origin, application, the number of occurrences
-/// and the occurrences.
+/// materialised through, next refill, origin, application, its pending limit in the
+/// partition, the number of occurrences and the occurrences.
 fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<(), StoreError> {
     out.push(r.offset);
     out.push(op_name(&r.op));
@@ -215,6 +216,7 @@ fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<()
         _ => 0,
     });
     out.push(&r.application);
+    out.push(r.max_pending.map(|n| n.to_string()).unwrap_or_default());
     let dues = match schedule {
         Some(Schedule::Cron { first, .. }) => first.dues.as_slice(),
         _ => &[],

@@ -2,7 +2,7 @@
 -- minute slices into the in-flight set, in one atomic step, so a crash between claim and
 -- delivery never loses them (whoever owns the partition next re-drives the in-flight set).
 -- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
---       6 checkpoint sequence
+--       6 checkpoint sequence, 7 live timers per application
 -- ARGV: 1 expected epoch, 2 claim fires due <= this ms, 3 max fires, 4 slice key prefix,
 --       5 timer key prefix, 6 occurrences due before this ms were missed, 7 now ms,
 --       8 retention ms, 9 the oldest checkpoint sequence Redis may hold
@@ -41,7 +41,7 @@ local function cron_take(tkey, t, due, id)
     redis.call('HINCRBY', tkey, 'n', 1)
   elseif t[9] == due then
     -- The last occurrence of the schedule was dropped: nothing more will fire.
-    complete(tkey, id, ARGV[8], KEYS[4], KEYS[5])
+    complete(tkey, id, ARGV[8], KEYS[4], KEYS[5], KEYS[7])
   end
   return take
 end

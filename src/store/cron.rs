@@ -53,6 +53,7 @@ impl Store {
             .key(k.cron())
             .key(k.inflight())
             .key(k.dirty())
+            .key(k.apps())
             .arg(epoch)
             .arg(k.slice_prefix())
             .arg(k.timer_prefix())

@@ -41,6 +41,7 @@ impl Store {
             .key(k.cron())
             .key(k.dirty())
             .key(k.checkpoint())
+            .key(k.apps())
             .arg(epoch)
             .arg(w.upto_ms)
             .arg(w.limit)
@@ -98,6 +99,7 @@ impl Store {
             .key(k.inflight())
             .key(k.cron())
             .key(k.dirty())
+            .key(k.apps())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(missed_before_ms)
@@ -127,6 +129,7 @@ impl Store {
             .key(k.deferred())
             .key(k.deferred_offsets())
             .key(k.acks())
+            .key(k.apps())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(self.retention_ms);

@@ -66,6 +66,11 @@ impl Keys {
     pub fn acks(&self) -> String {
         self.key("acks")
     }
+    /// Timers not yet done (scheduled or paused) per application (hash: application ->
+    /// count), for `max_pending`.
+    pub fn apps(&self) -> String {
+        self.key("apps")
+    }
     /// Sequence of the last checkpoint confirmed in the state topic (string).
     pub fn checkpoint(&self) -> String {
         self.key("ckpt")

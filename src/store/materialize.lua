@@ -1,5 +1,6 @@
 -- Materialises cron occurrences computed by the migrator into the minute slices.
--- KEYS: 1 epoch, 2 slice index, 3 cron index, 4 in-flight set, 5 dirty set
+-- KEYS: 1 epoch, 2 slice index, 3 cron index, 4 in-flight set, 5 dirty set, 6 live
+--       timers per application
 -- ARGV: 1 expected epoch, 2 slice key prefix, 3 timer key prefix, 4 retention ms,
 --       then per timer: id, version, materialised through ms, next materialisation ms
 --       ('' when the schedule is exhausted), number of occurrences k, k occurrences
@@ -46,6 +47,10 @@ while i <= #ARGV do
       if pending then
         redis.call('HSET', tkey, 'fin', last)
       else
+        local app = redis.call('HGET', tkey, 'a')
+        if app then
+          redis.call('HINCRBY', KEYS[6], app, -1)
+        end
         redis.call('HSET', tkey, 'st', 'completed')
         redis.call('PEXPIRE', tkey, ARGV[4])
         redis.call('ZADD', KEYS[5], 'NX', 'inf', id)

@@ -22,9 +22,19 @@ local function missed_fires(tkey, t, d, now)
   return true
 end
 
--- No occurrence of the timer will fire any more (the next checkpoint writes its
+-- A live timer (scheduled or paused) is done: one fewer for its application (`apps`,
+-- the partition's per-application count of live timers).
+local function done(tkey, apps)
+  local app = redis.call('HGET', tkey, 'a')
+  if app then
+    redis.call('HINCRBY', apps, app, -1)
+  end
+end
+
+-- No occurrence of the live timer will fire any more (the next checkpoint writes its
 -- tombstone: `dirty` is the partition's dirty set).
-local function complete(tkey, id, retention, cron_index, dirty)
+local function complete(tkey, id, retention, cron_index, dirty, apps)
+  done(tkey, apps)
   redis.call('ZADD', dirty, 'NX', 'inf', id)
   redis.call('HSET', tkey, 'st', 'completed')
   redis.call('PEXPIRE', tkey, retention)

@@ -17,6 +17,7 @@
 //! | `PREFIX:{topic:p}:deferred`, `...:deferred:off` | zset | one-shot timers never written and due within 10 s (by due, and by first command offset): written only if still scheduled 5 s after due; the checkpoint's command offset stays below them |
 //! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |
 //! | `PREFIX:{topic:p}:acks` | string | acknowledgement calls so far: a checkpoint is due when it moved |
+//! | `PREFIX:{topic:p}:apps` | hash | live (scheduled or paused) timers per application: every script that makes a timer live or done moves it (`max_pending`) |
 //! | `PREFIX:{topic:p}:ckpt` | string | sequence of the last checkpoint confirmed in the state topic; older than the owner's means Redis came back from older data |
 //!
 //! One file per script family: [`apply`] (commands and offset marks), [`fires`] (claim,

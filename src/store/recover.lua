@@ -3,7 +3,7 @@
 -- paused, cancelled or changed meanwhile, and missed cron occurrences the timer's
 -- misfire policy drops (misfire.lua, prepended). Members no longer in flight (acknowledged
 -- since the scan) are skipped.
--- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set
+-- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 live timers per application
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 occurrences due before this ms were
 --       missed, 4 now ms, 5 retention ms, 6.. members
 -- Returns {member, definition, ...}, or {'fenced'}.
@@ -27,7 +27,7 @@ for i = 6, #ARGV do
       -- Counted when claimed; it will not fire after all.
       redis.call('HINCRBY', tkey, 'n', -1)
       if t[9] == due and t[2] == 'scheduled' then
-        complete(tkey, id, ARGV[5], KEYS[3], KEYS[4])
+        complete(tkey, id, ARGV[5], KEYS[3], KEYS[4], KEYS[5])
       end
       keep = false
     end

@@ -2,7 +2,7 @@
 -- partition), applying the last checkpoint's fire watermark: a fire due at or before it
 -- was acknowledged unless it was listed in flight.
 -- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
---       6 applied offset, 7 checkpoint sequence
+--       6 applied offset, 7 checkpoint sequence, 8 live timers per application
 -- ARGV: 1 expected epoch, 2 timer key prefix, 3 slice key prefix, 4 acked through ms,
 --       5 retention ms, 6 applied offset to record ('' until the last call), 7 checkpoint
 --       sequence to record, then per timer: id, m, m due instants of its in-flight fires,
@@ -22,7 +22,7 @@ local done = 0
 local i = 8
 -- Minutes already in the slice index (one ZADD per minute, not per timer).
 local indexed = {}
-local WANTED = {v = 1, st = 2, k = 3, due = 4, last = 5}
+local WANTED = {v = 1, st = 2, k = 3, due = 4, last = 5, a = 6}
 while i <= #ARGV do
   local id = ARGV[i]
   local m = tonumber(ARGV[i + 1])
@@ -69,6 +69,9 @@ while i <= #ARGV do
     redis.call('ZADD', KEYS[4], 0, id)
   elseif st ~= 'scheduled' and st ~= 'paused' then
     redis.call('PEXPIRE', tkey, ARGV[5])
+  end
+  if t[6] and redis.call('HGET', tkey, 'st') ~= 'fired' and (st == 'scheduled' or st == 'paused') then
+    redis.call('HINCRBY', KEYS[8], t[6], 1)
   end
   done = done + 1
 end

@@ -122,6 +122,7 @@ impl Store {
             .key(k.dirty())
             .key(k.offset())
             .key(k.checkpoint())
+            .key(k.apps())
             .arg(epoch)
             .arg(k.timer_prefix())
             .arg(k.slice_prefix())

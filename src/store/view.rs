@@ -91,6 +91,14 @@ impl Store {
             .await?;
         Ok(TimerView::from_fields(&fields))
     }
+
+    /// The live (scheduled or paused) timers of `partition` per application.
+    pub async fn live_timers(&self, partition: i32) -> Result<HashMap<String, i64>, StoreError> {
+        Ok(redis::cmd("HGETALL")
+            .arg(self.keys(partition).apps())
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
 }
 
 #[cfg(test)]

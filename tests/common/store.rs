@@ -42,6 +42,7 @@ impl World {
         .expect("valid command");
         self.offset += 1;
         let req = ApplyRequest {
+            max_pending: None,
             partition: 0,
             epoch: self.epoch,
             offset: self.offset,
