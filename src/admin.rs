@@ -1,5 +1,5 @@
-//! The HTTP admin port: `/metrics` (Prometheus), `/healthz`, `/readyz`, and
-//! `/timers/{id}` to look a timer up.
+//! The HTTP admin port: `/metrics` (Prometheus), `/healthz`, `/readyz`, `/status` (the
+//! partitions owned), and `/timers/{id}` to look a timer up.
 
 use crate::metrics::Metrics;
 use crate::shutdown::CancellationToken;
@@ -36,6 +36,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
+        .route("/status", get(status))
         .route("/timers/{id}", get(timer))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -59,6 +60,12 @@ async fn ready(State(s): State<Arc<AdminState>>) -> Response {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()
     }
+}
+
+/// `{"joined": bool, "owned": [partitions]}`: what this instance owns now.
+async fn status(State(s): State<Arc<AdminState>>) -> Json<serde_json::Value> {
+    let st = s.status.borrow().clone();
+    Json(serde_json::json!({"joined": st.joined, "owned": st.owned}))
 }
 
 async fn timer(State(s): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {

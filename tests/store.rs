@@ -135,3 +135,41 @@ async fn a_timer_belongs_to_the_application_that_created_it() {
     };
     assert_eq!(w.apply(recreate, T0).await.outcome, ApplyOutcome::Rejected);
 }
+
+/// An apply whose reply was lost (a client-side timeout under load) is sent again: the
+/// same record answers what it answered the first time, ACCEPTED, not "applied already"
+/// (only another record repeating the request is a duplicate).
+#[tokio::test]
+async fn the_same_record_applied_again_answers_accepted() {
+    let mut w = World::new("again").await;
+    let cmd = TimerCommand {
+        application: "app".into(),
+        at_ms: Some(T0 + 60_000),
+        ..TimerCommand::new(CommandKind::CreateOnce, "t", "r")
+    };
+    let req = w.request(cmd, T0);
+    for round in 0..2 {
+        let (applied, _) = w
+            .store
+            .apply(std::slice::from_ref(&req), &[], T0)
+            .await
+            .unwrap();
+        assert_eq!(
+            applied[0].outcome,
+            ApplyOutcome::Accepted,
+            "round {round}: {:?}",
+            applied[0]
+        );
+        assert_eq!(applied[0].version, Some(req.offset));
+    }
+    let mut later = req.clone();
+    later.offset += 1;
+    let (applied, _) = w.store.apply(&[later], &[], T0).await.unwrap();
+    assert_eq!(
+        applied[0].outcome,
+        ApplyOutcome::Duplicate,
+        "another record with the same request"
+    );
+    // Fires once.
+    assert_eq!(w.claim(T0 + 60_000, T0 + 60_000).await.fires.len(), 1);
+}

@@ -21,7 +21,8 @@
 -- * the version of a timer is the offset of the last command that changed it, so every
 --   fire member "version:due:id" of an older version is stale and never claimed;
 -- * a command at or below the timer's version, or repeating its last request id, is a
---   duplicate: a replayed batch changes nothing;
+--   duplicate: a replayed batch changes nothing; the record that made the timer's
+--   current version, applied again, answers accepted again (and changes nothing);
 -- * a scheduled one-shot timer has exactly one member (in a slice or in flight); cron
 --   members of older versions are dropped lazily when their minute is claimed;
 -- * the applied offset only grows; it is the highest offset of the batch once applied;
@@ -135,6 +136,11 @@ local function apply_one(tkey, a)
     return 'rejected', 'timer belongs to another application'
   end
   if v then
+    if rq == rq_arg and tonumber(v) == noff then
+      -- This very record, applied again (a reply lost to a client timeout, or a replay):
+      -- it answers what it answered the first time.
+      return 'again', ''
+    end
     if rq == rq_arg then
       return 'duplicate', 'request ' .. rq .. ' was applied already'
     end
@@ -242,7 +248,9 @@ while a <= #ARGV do
   local tkey = KEYS[i]
   deferred = false
   local code, reason, v, st, due = apply_one(tkey, a)
-  if code == 'accepted' and not deferred then
+  if code == 'again' then
+    code = 'accepted'
+  elseif code == 'accepted' and not deferred then
     redis.call('ZADD', KEYS[6], 'LT', ARGV[a], ARGV[a + 2])
   end
   if not v then

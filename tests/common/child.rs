@@ -17,7 +17,9 @@ impl ChildProcess {
     pub fn spawn(env: &TestEnv, extra: &[&str], log: &std::path::Path) -> ChildProcess {
         let admin_port = free_port();
         let log = std::fs::File::create(log).expect("log file");
-        let mut cmd = Proc::new(env!("CARGO_BIN_EXE_ktimer"));
+        // KTIMER_TEST_BIN: another build (a release binary for measurements).
+        let bin = std::env::var("KTIMER_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_ktimer").into());
+        let mut cmd = Proc::new(bin);
         cmd.args(&env.argv[1..])
             .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")])
             .args(extra)
@@ -59,6 +61,23 @@ impl ChildProcess {
             .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
             .collect();
         (!vals.is_empty()).then(|| vals.iter().sum())
+    }
+
+    /// The partitions the instance owns now (`/status`), if it answers.
+    pub fn owned(&self) -> Option<Vec<i32>> {
+        let (code, body) = self.get("/status")?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (code == 200).then(|| {
+            v["owned"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|p| p.as_i64())
+                        .map(|p| p as i32)
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
     }
 
     /// Whether the process is still running.

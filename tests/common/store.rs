@@ -32,6 +32,13 @@ impl World {
 
     /// Validates `cmd` (recorded and applied at `now`) and applies it.
     pub async fn apply(&mut self, cmd: TimerCommand, now: i64) -> Applied {
+        let req = self.request(cmd, now);
+        let (mut applied, _) = self.store.apply(&[req], &[], now).await.expect("apply");
+        applied.remove(0)
+    }
+
+    /// The apply request of `cmd` as the next record of the partition.
+    pub fn request(&mut self, cmd: TimerCommand, now: i64) -> ApplyRequest {
         let op = validate(
             &cmd,
             Some(cmd.timer_id.as_bytes()),
@@ -41,7 +48,7 @@ impl World {
         )
         .expect("valid command");
         self.offset += 1;
-        let req = ApplyRequest {
+        ApplyRequest {
             max_pending: None,
             partition: 0,
             epoch: self.epoch,
@@ -50,9 +57,7 @@ impl World {
             request_id: format!("r{}", self.offset),
             application: cmd.application.clone(),
             op,
-        };
-        let (mut applied, _) = self.store.apply(&[req], &[], now).await.expect("apply");
-        applied.remove(0)
+        }
     }
 
     pub async fn claim(&self, upto: i64, now: i64) -> ktimer::timer::Claimed {
