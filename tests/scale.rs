@@ -3,6 +3,7 @@
 //!   that did not move stay on time; every fire arrives, none early;
 //! - kill -9 of an instance: the gap until the first fire of its partitions by their new
 //!   owner is bounded by the session timeout.
+//!
 //! `KTIMER_TEST_RATE` sets the rolling restart's fire rate (default 1,000/s; the README's
 //! figures use 5,000/s with `KTIMER_TEST_BIN=target/release/ktimer`).
 
