@@ -30,8 +30,9 @@
 //! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
 //! - [`ownership`]: the consumer's rebalance callback, the owned partitions with their
 //!   tasks, fencing epochs, replay when Redis lost data.
-//! - [`store`]: Redis keys and hash fields, one file per script family (apply, fires,
-//!   cron, epoch) and a typed view; the Lua scripts are `src/store/*.lua`.
+//! - [`store`]: one Redis server or a Redis Cluster (`conn`), keys and hash fields, one
+//!   file per script family (apply, fires, cron, epoch, state) and a typed view; the Lua
+//!   scripts are `src/store/*.lua`.
 //! - [`trigger`]: one task per owned partition firing timers at the due millisecond
 //!   (`wake`, `gate`, `lease`, `delivery`, `recover`, `task`); [`migrator`]: one task per owned
 //!   partition materialising cron occurrences ahead.
