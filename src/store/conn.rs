@@ -78,10 +78,12 @@ impl Client {
             Target::Single(url) => {
                 let client = redis::Client::open(url.as_str())?;
                 let mut c = client.get_multiplexed_async_connection().await?;
+                // A server that refuses INFO (ACLs, renamed commands) is taken as a single one.
                 let info: String = redis::cmd("INFO")
                     .arg("cluster")
                     .query_async(&mut c)
-                    .await?;
+                    .await
+                    .unwrap_or_default();
                 if info.contains("cluster_enabled:1") {
                     Ok(Client::Cluster(Box::new(cluster(&[url])?)))
                 } else {
