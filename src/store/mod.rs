@@ -63,17 +63,29 @@ pub enum StoreError {
 }
 
 impl Retryable for StoreError {
-    /// Connection trouble, Redis loading its data, a cluster slot moving: yes.
+    /// Connection trouble, Redis loading its data, a cluster slot moving or failing over
+    /// (TRYAGAIN, MOVED/ASK the client did not follow, CLUSTERDOWN, MASTERDOWN, READONLY
+    /// from a demoted primary): yes.
     fn is_retryable(&self) -> bool {
-        use redis::{ErrorKind, ServerErrorKind};
+        use redis::{ErrorKind, ServerErrorKind as S};
         match self {
             StoreError::Redis(e) => {
                 e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_timeout()
                     || e.is_connection_refusal()
-                    || e.kind() == ErrorKind::Server(ServerErrorKind::BusyLoading)
-                    || e.kind() == ErrorKind::Server(ServerErrorKind::TryAgain)
+                    || matches!(
+                        e.kind(),
+                        ErrorKind::Server(
+                            S::BusyLoading
+                                | S::TryAgain
+                                | S::Moved
+                                | S::Ask
+                                | S::ClusterDown
+                                | S::MasterDown
+                                | S::ReadOnly
+                        )
+                    )
             }
             _ => false,
         }
