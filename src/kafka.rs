@@ -77,7 +77,8 @@ pub fn commands_consumer(args: &RunArgs) -> ClientConfig {
         .set(
             "partition.assignment.strategy",
             args.assignment.librdkafka(),
-        );
+        )
+        .set("statistics.interval.ms", "5000");
     with_user_options(cfg, &args.kafka)
 }
 

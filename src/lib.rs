@@ -42,6 +42,7 @@
 //!   instance reports about itself.
 //! - [`config`]: the command line (clap; every flag has an environment variable);
 //!   [`kafka`]: every librdkafka configuration; [`metrics`]: every Prometheus metric;
+//!   [`sampler`]: per-partition gauges read from Redis (pending, overdue);
 //!   [`shutdown`]: the cancellation token; [`retry`]: the one retry helper and backoff;
 //!   [`clock`]: the clock tests can pause.
 //! - [`topics`]: topic declarations (`topics/`) and `ktimer topics apply`.
@@ -72,6 +73,7 @@ pub mod ownership;
 pub mod pace;
 pub mod partitioner;
 pub mod retry;
+pub mod sampler;
 pub mod schedule;
 pub mod service;
 pub mod shutdown;

@@ -1,7 +1,7 @@
 //! The `ktimer` binary: parses the command line and hands over to the library.
 
 use clap::Parser;
-use ktimer::config::{Cli, Command, TopicsApplyArgs, TopicsCommand};
+use ktimer::config::{Cli, Command, LogFormat, TopicsApplyArgs, TopicsCommand};
 use ktimer::{bench, client, service, shutdown, topics};
 use tracing_subscriber::EnvFilter;
 
@@ -13,10 +13,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&cli.log).unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = EnvFilter::try_new(&cli.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().init(),
+    }
     match cli.command {
         Command::Run(args) => {
             shutdown::exit_on_panic();

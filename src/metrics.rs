@@ -4,14 +4,41 @@
 //! applications `--applications` names (all others are `other`); never a timer id.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+/// Buckets of the fire lateness histogram, seconds: 0.5 ms to 60 s.
+pub const LATENESS_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Buckets of call latencies (Redis calls, intake batches), seconds: 0.1 ms to 10 s.
+const CALL_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
+];
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("metric")
+}
+
+fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("metric")
+}
+
+fn histogram(name: &str, help: &str, buckets: &[f64], labels: &[&str]) -> HistogramVec {
+    HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("metric")
+}
 
 /// The service's metrics and the registry that exposes them.
 pub struct Metrics {
     registry: Registry,
-    /// Commands processed, by `outcome` (accepted, duplicate, rejected).
+    /// Commands processed, by `kind` (CREATE_ONCE, ..., `unknown` when undecodable) and
+    /// `outcome` (accepted, duplicate, rejected, forwarded, unanswerable).
     pub commands: IntCounterVec,
     /// Fires, by `outcome` (delivered, retried; stale: dropped before delivery because a
     /// later command changed the timer).
@@ -35,17 +62,36 @@ pub struct Metrics {
     /// Per application: commands by `outcome` (accepted, duplicate, rejected; throttled:
     /// rejected by the intake rate limit; full: rejected by the pending timer limit).
     pub app_commands: IntCounterVec,
+    /// Live (scheduled or paused) timers, by `partition` (owned ones; sampled).
+    pub pending: IntGaugeVec,
+    /// Fires due and not yet claimed, by `partition` (sampled).
+    pub overdue: IntGaugeVec,
+    /// Age of the oldest fire due and not yet claimed, seconds, by `partition` (sampled).
+    pub overdue_age: GaugeVec,
+    /// 1 while the partition's trigger runs, 0 while it does not (replaying, ended), by
+    /// `partition` (owned ones).
+    pub trigger_alive: IntGaugeVec,
+    /// Rebalance events, by `event` (assigned, revoked).
+    pub rebalances: IntCounterVec,
+    /// Commands-topic consumer lag (records not yet consumed), by `partition`.
+    pub consumer_lag: IntGaugeVec,
+    /// Time to handle one intake batch (decode, validate, apply, enqueue results), seconds.
+    pub intake_batch: Histogram,
+    /// Redis call latency, seconds, by `op`.
+    pub redis_calls: HistogramVec,
+    /// Failed Kafka operations, by `op` (fire, result, state, commit, consume).
+    pub kafka_errors: IntCounterVec,
 }
 
 impl Metrics {
     /// Creates and registers every metric.
     pub fn new() -> Metrics {
         let registry = Registry::new_custom(Some("ktimer".into()), None).expect("registry");
-        let commands = IntCounterVec::new(
-            Opts::new("commands_total", "Timer commands processed, by outcome"),
-            &["outcome"],
-        )
-        .expect("metric");
+        let commands = counter(
+            "commands_total",
+            "Timer commands processed, by kind and outcome",
+            &["kind", "outcome"],
+        );
         let fires = IntCounterVec::new(
             Opts::new("fires_total", "Timer fires, by outcome"),
             &["outcome"],
@@ -56,10 +102,7 @@ impl Metrics {
                 "fire_lateness_seconds",
                 "Fire time minus due time (never negative)",
             )
-            .buckets(vec![
-                0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 30.0,
-                60.0, 300.0,
-            ]),
+            .buckets(LATENESS_BUCKETS.to_vec()),
         )
         .expect("metric");
         let owned_partitions = IntGauge::new(
@@ -106,8 +149,66 @@ impl Metrics {
             &["application", "outcome"],
         )
         .expect("metric");
+        let p = &["partition"];
+        let pending = gauge(
+            "pending_timers",
+            "Live (scheduled or paused) timers of an owned partition",
+            p,
+        );
+        let overdue = gauge(
+            "overdue_fires",
+            "Fires due and not yet claimed, per owned partition",
+            p,
+        );
+        let overdue_age = GaugeVec::new(
+            Opts::new(
+                "overdue_oldest_seconds",
+                "Age of the oldest fire due and not yet claimed, per owned partition",
+            ),
+            p,
+        )
+        .expect("metric");
+        let trigger_alive = gauge(
+            "trigger_alive",
+            "1 while an owned partition's trigger runs, 0 while it does not (replaying, ended)",
+            p,
+        );
+        let rebalances = counter("rebalances_total", "Rebalance events, by event", &["event"]);
+        let consumer_lag = gauge(
+            "consumer_lag",
+            "Commands-topic records not yet consumed, per assigned partition",
+            p,
+        );
+        let intake_batch = Histogram::with_opts(
+            HistogramOpts::new(
+                "intake_batch_seconds",
+                "Time to handle one batch of commands (decode, validate, apply, enqueue results)",
+            )
+            .buckets(CALL_BUCKETS.to_vec()),
+        )
+        .expect("metric");
+        let redis_calls = histogram(
+            "redis_call_seconds",
+            "Redis call latency, by operation",
+            &CALL_BUCKETS,
+            &["op"],
+        );
+        let kafka_errors = counter(
+            "kafka_errors_total",
+            "Failed Kafka operations, by operation",
+            &["op"],
+        );
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(pending.clone()),
+            Box::new(overdue.clone()),
+            Box::new(overdue_age.clone()),
+            Box::new(trigger_alive.clone()),
+            Box::new(rebalances.clone()),
+            Box::new(consumer_lag.clone()),
+            Box::new(intake_batch.clone()),
+            Box::new(redis_calls.clone()),
+            Box::new(kafka_errors.clone()),
             Box::new(app_fires.clone()),
             Box::new(app_commands.clone()),
             Box::new(replays.clone()),
@@ -132,7 +233,27 @@ impl Metrics {
             task_restarts,
             app_fires,
             app_commands,
+            pending,
+            overdue,
+            overdue_age,
+            trigger_alive,
+            rebalances,
+            consumer_lag,
+            intake_batch,
+            redis_calls,
+            kafka_errors,
         }
+    }
+
+    /// Drops the per-partition series of `partition` (no longer owned).
+    pub fn forget_partition(&self, partition: i32) {
+        let p = [partition.to_string()];
+        let p = [p[0].as_str()];
+        let _ = self.pending.remove_label_values(&p);
+        let _ = self.overdue.remove_label_values(&p);
+        let _ = self.overdue_age.remove_label_values(&p);
+        let _ = self.trigger_alive.remove_label_values(&p);
+        let _ = self.in_flight.remove_label_values(&p);
     }
 
     /// The metrics in the Prometheus text format.

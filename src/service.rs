@@ -44,6 +44,7 @@ pub async fn run(
     let Some(store) = connect_store(&args, &token).await else {
         return Ok(());
     };
+    let store = store.instrumented(metrics.redis_calls.clone());
     let topics = SinkTopics {
         fired: k.fired_topic.clone(),
         results: k.results_topic.clone(),
@@ -51,7 +52,7 @@ pub async fn run(
         state: k.state_topic.clone(),
     };
     let sink = Arc::new(Sink::new(&kafka::producer(k), codec.clone(), topics)?);
-    let (consumer, events, partitions) = commands_consumer(&args, &store)?;
+    let (consumer, events, partitions) = commands_consumer(&args, &store, &metrics)?;
     if let Some(apps) = &args.applications {
         crate::apps::reload_on_sighup(apps.clone(), token.clone());
     }
@@ -66,6 +67,7 @@ pub async fn run(
     }
     let max = kafka::producer_max_bytes(k).unwrap_or(catalog::DEFAULT_MAX_RECORD_BYTES);
     let catalog = Catalog::new(&kafka::client(k), max).context("creating the metadata clients")?;
+    crate::sampler::spawn(store.clone(), metrics.clone(), &status, token.clone());
     let tasks = Tasks {
         trigger_store: store.dedicated().await?,
         store: store.clone(),
@@ -121,9 +123,10 @@ pub async fn run(
 fn commands_consumer(
     args: &RunArgs,
     store: &Store,
+    metrics: &Arc<Metrics>,
 ) -> anyhow::Result<(Arc<StreamConsumer<IntakeContext>>, Events, i32)> {
     let k = &args.kafka;
-    let (ctx, events) = ownership::context(store.clone(), &k.commands_topic);
+    let (ctx, events) = ownership::context(store.clone(), &k.commands_topic, metrics.clone());
     let consumer: StreamConsumer<IntakeContext> = kafka::commands_consumer(args)
         .create_with_context(ctx)
         .context("creating the consumer")?;

@@ -19,9 +19,28 @@ pub struct Cli {
     /// Log filter (tracing-subscriber EnvFilter syntax), e.g. `info` or `ktimer=debug`.
     #[arg(long, env = "KTIMER_LOG", default_value = "info", global = true)]
     pub log: String,
+    /// Log lines as text or as JSON objects (one per line, with structured fields).
+    #[arg(
+        long,
+        env = "KTIMER_LOG_FORMAT",
+        value_enum,
+        default_value_t,
+        global = true
+    )]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable text.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The subcommands.

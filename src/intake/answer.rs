@@ -50,7 +50,10 @@ pub(crate) async fn send(
             Some(_) => "forwarded",
             None => h.result.outcome.label(),
         };
-        metrics.commands.with_label_values(&[outcome]).inc();
+        metrics
+            .commands
+            .with_label_values(&[kind_label(&h.result), outcome])
+            .inc();
         if per_app {
             let app = apps.label(h.result.application.as_deref().unwrap_or_default());
             metrics
@@ -93,7 +96,7 @@ pub(crate) async fn confirm(
         for (h, sent) in batch.handled.iter().zip(batch.sent) {
             // The first try waits for the record already enqueued; retries send it again.
             let mut first = Some(sent);
-            let (sink, topic) = (&sink, &topic);
+            let (sink, topic, metrics) = (&sink, &topic, &metrics);
             let resend = || {
                 let first = first.take();
                 async move {
@@ -103,6 +106,7 @@ pub(crate) async fn confirm(
                     };
                     if let Err(e) = &r {
                         sink.heal(e);
+                        metrics.kafka_errors.with_label_values(&["result"]).inc();
                     }
                     r
                 }
@@ -116,7 +120,10 @@ pub(crate) async fn confirm(
                     match retry.run(SinkError::does_not_fit, send_small).await {
                         Ok(()) => {}
                         Err(Stopped::Fatal(e)) => {
-                            metrics.commands.with_label_values(&["unanswerable"]).inc();
+                            metrics
+                                .commands
+                                .with_label_values(&[kind_label(&h.result), "unanswerable"])
+                                .inc();
                             tracing::error!(partition = h.partition, offset = h.offset, error = %e, "no result fits; the command stays unanswered");
                         }
                         Err(Stopped::Shutdown) => return,
@@ -155,4 +162,10 @@ fn minimal(r: &CommandResult, e: &SinkError) -> CommandResult {
 /// Waits for an enqueued record's acknowledgement.
 async fn confirmed(sent: Result<DeliveryFuture, SinkError>) -> Result<(), SinkError> {
     delivered(sent?).await.map(|_| ())
+}
+
+/// The `kind` label of a result: the command kind, `unknown` when it did not decode.
+/// Bounded: decoded kinds are the enum's names.
+fn kind_label(r: &CommandResult) -> &str {
+    r.kind.as_deref().unwrap_or("unknown")
 }

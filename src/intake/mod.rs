@@ -124,6 +124,7 @@ impl Intake {
                 _ = tick.tick() => {
                     let parts = self.partitions.ids();
                     self.partitions.check(&parts).await;
+                    self.partitions.gauge_triggers();
                 }
                 Some(chunk) = stream.next() => {
                     while let Ok(ev) = self.events.try_recv() {
@@ -132,6 +133,7 @@ impl Intake {
                     let msgs = chunk.into_iter().filter_map(|m| match m {
                         Ok(m) => Some(m.detach()),
                         Err(e) => {
+                            self.metrics.kafka_errors.with_label_values(&["consume"]).inc();
                             tracing::warn!(error = %e, "consumer error");
                             None
                         }
@@ -159,6 +161,7 @@ impl Intake {
 
     /// One batch: prepare, apply, hand the results to the answer stage.
     async fn process(&mut self, msgs: Vec<OwnedMessage>, answers: &mpsc::Sender<answer::Batch>) {
+        let _timer = self.metrics.intake_batch.start_timer();
         let live: Vec<&OwnedMessage> = msgs
             .iter()
             .filter(|m| self.partitions.live(m.partition()).is_some())

@@ -2,10 +2,13 @@
 //! assignment and forwards rebalances to the intake loop.
 
 use super::replay_from;
+use crate::metrics::Metrics;
 use crate::store::Store;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::statistics::Statistics;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -25,25 +28,58 @@ pub struct IntakeContext {
     tx: mpsc::UnboundedSender<RebalanceEvent>,
     store: Store,
     topic: String,
+    metrics: Arc<Metrics>,
 }
 
 /// Creates the consumer context and the receiver of its rebalance events.
 pub fn context(
     store: Store,
     topic: &str,
+    metrics: Arc<Metrics>,
 ) -> (IntakeContext, mpsc::UnboundedReceiver<RebalanceEvent>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let ctx = IntakeContext {
         tx,
         store,
         topic: topic.to_string(),
+        metrics,
     };
     (ctx, rx)
 }
 
-impl ClientContext for IntakeContext {}
+impl ClientContext for IntakeContext {
+    /// librdkafka's statistics (every `statistics.interval.ms`): the consumer lag of each
+    /// assigned commands-topic partition.
+    fn stats(&self, stats: Statistics) {
+        let Some(topic) = stats.topics.get(&self.topic) else {
+            return;
+        };
+        for (p, s) in &topic.partitions {
+            if *p < 0 {
+                continue;
+            }
+            let lag = self
+                .metrics
+                .consumer_lag
+                .with_label_values(&[&p.to_string()]);
+            if s.consumer_lag >= 0 {
+                lag.set(s.consumer_lag);
+            }
+        }
+    }
+}
 
 impl ConsumerContext for IntakeContext {
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
+        if let Err(e) = result {
+            self.metrics
+                .kafka_errors
+                .with_label_values(&["commit"])
+                .inc();
+            tracing::debug!(error = %e, "offset commit failed");
+        }
+    }
+
     fn rebalance(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -70,6 +106,12 @@ impl ConsumerContext for IntakeContext {
                 (res, RebalanceEvent::Assigned(parts))
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                for p in &parts {
+                    let _ = self
+                        .metrics
+                        .consumer_lag
+                        .remove_label_values(&[&p.to_string()]);
+                }
                 let res = if cooperative {
                     consumer.incremental_unassign(tpl)
                 } else {

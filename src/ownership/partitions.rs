@@ -119,6 +119,11 @@ impl Partitions {
     pub async fn rebalance(&mut self, ev: RebalanceEvent) -> bool {
         match ev {
             RebalanceEvent::Assigned(ps) => {
+                self.tasks
+                    .metrics
+                    .rebalances
+                    .with_label_values(&["assigned"])
+                    .inc();
                 for (p, behind) in ps {
                     if !self.own(p, behind).await {
                         return false;
@@ -127,10 +132,16 @@ impl Partitions {
                 tracing::info!(partitions = ?self.ids(), "assigned");
             }
             RebalanceEvent::Revoked(ps) => {
+                self.tasks
+                    .metrics
+                    .rebalances
+                    .with_label_values(&["revoked"])
+                    .inc();
                 for p in ps {
                     if let Some(o) = self.owned.remove(&p) {
                         o.stop().await;
                     }
+                    self.tasks.metrics.forget_partition(p);
                 }
                 tracing::info!(partitions = ?self.ids(), "revoked");
             }
@@ -251,12 +262,26 @@ impl Partitions {
     pub fn publish(&self) {
         let t = &self.tasks;
         t.metrics.owned_partitions.set(self.owned.len() as i64);
+        self.gauge_triggers();
         let mut parts = self.ids();
         parts.sort_unstable();
         t.status.send_modify(|s| {
             s.joined = true;
             s.owned = parts;
         });
+    }
+
+    /// Sets `trigger_alive` of every owned partition: 1 while its trigger runs.
+    pub fn gauge_triggers(&self) {
+        for (p, o) in &self.owned {
+            let alive = o.tasks.as_ref().is_some_and(|t| !t.trigger.is_finished());
+            let g = self
+                .tasks
+                .metrics
+                .trigger_alive
+                .with_label_values(&[&p.to_string()]);
+            g.set(alive as i64);
+        }
     }
 
     /// Checks that Redis still holds what this instance wrote for `parts`: drops the
@@ -305,6 +330,7 @@ impl Partitions {
                     if let Some(o) = self.owned.remove(&p) {
                         o.stop().await;
                     }
+                    self.tasks.metrics.forget_partition(p);
                     changed = true;
                 }
                 Verdict::Behind(to) => {

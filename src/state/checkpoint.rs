@@ -137,6 +137,7 @@ pub fn spawn(
         confirmed: confirmed.clone(),
         last: None,
         token: token.clone(),
+        kafka_errors: metrics.kafka_errors.with_label_values(&["state"]),
     };
     CheckpointHandle {
         confirmed,
@@ -155,6 +156,8 @@ struct Checkpointer {
     /// checkpoint written.
     last: Option<(i64, i64, Vec<String>)>,
     token: CancellationToken,
+    /// Failed writes to the state topic.
+    kafka_errors: prometheus::IntCounter,
 }
 
 impl Checkpointer {
@@ -180,6 +183,7 @@ impl Checkpointer {
                     Err(e) => {
                         if let StateError::Sink(s) = &e {
                             self.sink.heal(s);
+                            self.kafka_errors.inc();
                         }
                         if !attempts.failed(&e).await {
                             return;

@@ -96,7 +96,7 @@ impl Store {
         let replies = futures::future::try_join_all(
             pipes
                 .values()
-                .map(|(p, _)| self.run::<Vec<redis::Value>>(p)),
+                .map(|(p, _)| self.run::<Vec<redis::Value>>("apply", p)),
         )
         .await?;
         let mut applied: Vec<Option<Applied>> = vec![None; reqs.len()];

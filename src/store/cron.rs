@@ -34,7 +34,7 @@ impl Store {
             .arg(now_ms)
             .arg(limit)
             .arg(k.timer_prefix());
-        let reply: Vec<String> = self.listed(partition, &inv).await?;
+        let reply: Vec<String> = self.listed("cron_due", partition, &inv).await?;
         reply.chunks_exact(4).map(parse_cron_due).collect()
     }
 
@@ -68,7 +68,7 @@ impl Store {
                 inv.arg(d);
             }
         }
-        self.counted(partition, &inv).await
+        self.counted("materialize", partition, &inv).await
     }
 }
 

@@ -23,7 +23,7 @@ impl Store {
         inv.key(k.epoch()).arg(now_ms);
         let mut p = redis::pipe();
         p.invoke_script(&inv);
-        let (epoch,): (i64,) = self.run(&p).await?;
+        let (epoch,): (i64,) = self.run("acquire", &p).await?;
         Ok(epoch)
     }
 

@@ -51,7 +51,7 @@ impl Store {
             .arg(w.now_ms)
             .arg(self.retention_ms)
             .arg(w.checkpoint);
-        let reply: Vec<Vec<u8>> = self.listed(partition, &inv).await?;
+        let reply: Vec<Vec<u8>> = self.listed("claim", partition, &inv).await?;
         let mut it = reply.into_iter();
         let head = it.next().unwrap_or_default();
         let next_due_ms = std::str::from_utf8(&head)
@@ -108,7 +108,7 @@ impl Store {
         for m in members {
             inv.arg(m);
         }
-        let reply: Vec<Vec<u8>> = self.listed(partition, &inv).await?;
+        let reply: Vec<Vec<u8>> = self.listed("recover", partition, &inv).await?;
         parse_fires(reply.into_iter())
     }
 
@@ -136,7 +136,7 @@ impl Store {
         for m in members {
             inv.arg(m);
         }
-        self.counted(partition, &inv).await
+        self.counted("ack", partition, &inv).await
     }
 }
 

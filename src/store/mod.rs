@@ -41,7 +41,7 @@ pub use epoch::PartitionState;
 pub use fires::ClaimWindow;
 pub use keys::Keys;
 pub use state::{CheckpointPage, Restore};
-pub use view::{DeadLetters, TimerView};
+pub use view::{DeadLetters, Overdue, TimerView};
 
 use crate::retry::Retryable;
 use conn::{Client, Conn};
@@ -184,6 +184,8 @@ pub struct Store {
     prefix: String,
     topic: String,
     retention_ms: i64,
+    /// Script call latency by operation, when instrumented.
+    calls: Option<prometheus::HistogramVec>,
 }
 
 impl Store {
@@ -204,6 +206,7 @@ impl Store {
             prefix: prefix.to_string(),
             topic: topic.to_string(),
             retention_ms,
+            calls: None,
         };
         store.load_scripts().await?;
         Ok(store)
@@ -237,8 +240,23 @@ impl Store {
         Keys::new(&self.prefix, &self.topic, partition)
     }
 
-    /// Runs a pipeline of script calls; reloads the scripts once if Redis lost them.
-    async fn run<T: redis::FromRedisValue>(&self, p: &Pipeline) -> Result<T, StoreError> {
+    /// The same store, timing its script calls into `calls` (label `op`).
+    pub fn instrumented(mut self, calls: prometheus::HistogramVec) -> Store {
+        self.calls = Some(calls);
+        self
+    }
+
+    /// Runs a pipeline of script calls of operation `op`, timed; reloads the scripts once
+    /// if Redis lost them.
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        p: &Pipeline,
+    ) -> Result<T, StoreError> {
+        let _timer = self
+            .calls
+            .as_ref()
+            .map(|h| h.with_label_values(&[op]).start_timer());
         match p.query_async(&mut self.conn.clone()).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.load_scripts().await?;
@@ -249,10 +267,15 @@ impl Store {
     }
 
     /// Runs one script that answers a count, or -1 when `partition` is fenced.
-    async fn counted(&self, partition: i32, inv: &ScriptInvocation<'_>) -> Result<i64, StoreError> {
+    async fn counted(
+        &self,
+        op: &'static str,
+        partition: i32,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<i64, StoreError> {
         let mut p = redis::pipe();
         p.invoke_script(inv);
-        let (n,): (i64,) = self.run(&p).await?;
+        let (n,): (i64,) = self.run(op, &p).await?;
         if n < 0 {
             return Err(StoreError::Fenced(partition));
         }
@@ -262,12 +285,13 @@ impl Store {
     /// Runs one script that answers a list, or `{'fenced'}` when `partition` is fenced.
     async fn listed<T: redis::FromRedisValue + AsRef<[u8]>>(
         &self,
+        op: &'static str,
         partition: i32,
         inv: &ScriptInvocation<'_>,
     ) -> Result<Vec<T>, StoreError> {
         let mut p = redis::pipe();
         p.invoke_script(inv);
-        let (reply,): (Vec<T>,) = self.run(&p).await?;
+        let (reply,): (Vec<T>,) = self.run(op, &p).await?;
         if reply.first().map(|h| h.as_ref()) == Some(&b"fenced"[..]) {
             return Err(StoreError::Fenced(partition));
         }

@@ -79,7 +79,7 @@ impl Store {
             .arg(floor);
         let mut p = redis::pipe();
         p.invoke_script(&inv);
-        let (reply,): (Vec<Value>,) = self.run(&p).await?;
+        let (reply,): (Vec<Value>,) = self.run("checkpoint", &p).await?;
         parse_page(reply, partition)
     }
 
@@ -99,7 +99,9 @@ impl Store {
             .arg(epoch)
             .arg(sequence.map(|s| s.to_string()).unwrap_or_default())
             .arg(floor);
-        self.counted(partition, &inv).await.map(|_| ())
+        self.counted("checkpointed", partition, &inv)
+            .await
+            .map(|_| ())
     }
 
     /// Restores `timers` of `partition` under the fire watermark `acked_through_ms`; with
@@ -142,7 +144,7 @@ impl Store {
                 inv.arg(name).arg(value.as_slice());
             }
         }
-        self.counted(partition, &inv).await
+        self.counted("restore", partition, &inv).await
     }
 
     /// Deletes every key of `partition` but its epoch (Redis data too old to keep);

@@ -78,6 +78,15 @@ impl TimerView {
     }
 }
 
+/// Fires due and not yet claimed in a partition.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Overdue {
+    /// How many (in the first 10 minutes that have any).
+    pub count: u64,
+    /// The due time of the oldest, Unix ms.
+    pub oldest_due_ms: Option<i64>,
+}
+
 impl Store {
     /// Looks timer `timer_id` of `partition` up; `None` when unknown (or expired).
     pub async fn timer(
@@ -90,6 +99,40 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(TimerView::from_fields(&fields))
+    }
+
+    /// Fires of `partition` due at `now_ms` and still in their minute slices (not claimed):
+    /// how many (the first 10 overdue minutes) and the oldest due time.
+    pub async fn overdue(&self, partition: i32, now_ms: i64) -> Result<Overdue, StoreError> {
+        let k = self.keys(partition);
+        let mut conn = self.conn.clone();
+        let minutes: Vec<i64> = redis::cmd("ZRANGEBYSCORE")
+            .arg(k.index())
+            .arg("-inf")
+            .arg(now_ms / 60_000)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(10)
+            .query_async(&mut conn)
+            .await?;
+        let mut out = Overdue::default();
+        for m in minutes {
+            let slice = format!("{}{m}", k.slice_prefix());
+            let (n, first): (u64, Vec<(String, i64)>) = redis::pipe()
+                .zcount(&slice, "-inf", now_ms)
+                .cmd("ZRANGE")
+                .arg(&slice)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES")
+                .query_async(&mut conn)
+                .await?;
+            out.count += n;
+            if let Some((_, due)) = first.first().filter(|(_, d)| *d <= now_ms) {
+                out.oldest_due_ms = Some(out.oldest_due_ms.map_or(*due, |o: i64| o.min(*due)));
+            }
+        }
+        Ok(out)
     }
 
     /// The live (scheduled or paused) timers of `partition` per application.

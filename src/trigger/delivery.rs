@@ -125,6 +125,7 @@ impl Trigger {
     /// topic now (see [`next`]).
     pub(super) fn failed(&mut self, mut pending: Pending, e: SinkError) {
         self.sink.heal(&e);
+        self.m.kafka_errors.inc();
         let p = self.partition;
         let now = self.clock.now_ms();
         let retryable = e.is_retryable();

@@ -31,6 +31,7 @@ pub(super) struct Handles {
     pub stale: IntCounter,
     pub dead_lettered: IntCounter,
     pub lateness: Histogram,
+    pub kafka_errors: IntCounter,
 }
 
 impl Handles {
@@ -42,6 +43,7 @@ impl Handles {
             stale: m.fires.with_label_values(&["stale"]),
             dead_lettered: m.fires.with_label_values(&["dead_lettered"]),
             lateness: m.fire_lateness.clone(),
+            kafka_errors: m.kafka_errors.with_label_values(&["fire"]),
         }
     }
 }
