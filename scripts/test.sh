@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 KTIMER_TANSU_BIN=$(scripts/install-deps.sh)
 export KTIMER_TANSU_BIN
 echo "==> building and running the tests (the first build takes a few minutes)..." >&2
+if [ "$#" -eq 0 ]; then
+  echo "==> the alert rules' unit tests (promtool test rules)..." >&2
+  promtool test rules deploy/prometheus/rules_test.yml
+  echo "==> the deployment files (docker-compose.yml and what it mounts)..." >&2
+  python3 scripts/check-deploy.py
+fi
 cargo test --locked "$@"
 if [ "$#" -eq 0 ]; then
   echo "==> the end-to-end and cron tests again, on a Redis Cluster of three primaries..." >&2
