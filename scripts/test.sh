@@ -3,7 +3,7 @@
 # the whole test suite. The tests start their own servers on free loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KTIMER_TANSU_BIN=$(scripts/install-deps.sh)
+KTIMER_TANSU_BIN=$(scripts/install-deps.sh --for-tests)
 export KTIMER_TANSU_BIN
 echo "==> building and running the tests (the first build takes a few minutes)..." >&2
 if [ "$#" -eq 0 ]; then
