@@ -37,6 +37,10 @@ if [ "${1:-}" = "--for-tests" ]; then
     say "installing python3-yaml with apt-get (scripts/check-deploy.py)..."
     $SUDO apt-get update -q >&2
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3-yaml >&2
+    # The python3 on PATH may not be Debian's (pyenv): then pip.
+    python3 -c 'import yaml' >/dev/null 2>&1 \
+      || python3 -m pip install --quiet --disable-pip-version-check pyyaml >&2 \
+      || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages pyyaml >&2
   fi
 fi
 

@@ -107,3 +107,77 @@ async fn prometheus_reads_the_fire_counter_and_the_lateness_histogram() {
     );
     svc.stop().await;
 }
+
+/// The sum of a metric's samples whose line starts with `name` (any labels).
+fn metric(text: &str, name: &str) -> Option<f64> {
+    let vals: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!vals.is_empty()).then(|| vals.iter().sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_partition_gauges_describe_what_the_instance_holds() {
+    let env = TestEnv::new("gauges", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let admin = svc
+        .status
+        .borrow()
+        .admin_addr
+        .expect("admin port")
+        .to_string();
+    let far = now_ms() + 3_600_000;
+    for i in 0..30 {
+        env.send(&once_at(&format!("g-{i}"), far, ""), None).await;
+    }
+    got.results(30, MIN).await;
+    // Sampled every 5 s: wait for a sample that saw all 30.
+    let deadline = tokio::time::Instant::now() + MIN;
+    let text = loop {
+        let (_, text) = http_get(&admin, "/metrics").expect("metrics");
+        if metric(&text, "ktimer_pending_timers") == Some(30.0) {
+            break text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pending never 30:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(metric(&text, "ktimer_owned_partitions"), Some(2.0));
+    assert_eq!(
+        metric(&text, "ktimer_trigger_alive"),
+        Some(2.0),
+        "both triggers run"
+    );
+    assert_eq!(metric(&text, "ktimer_overdue_fires"), Some(0.0));
+    assert_eq!(
+        metric(&text, "ktimer_rebalances_total"),
+        Some(1.0),
+        "one assignment"
+    );
+    assert!(metric(&text, "ktimer_intake_batch_seconds_count").unwrap() >= 1.0);
+    assert!(
+        text.contains("ktimer_redis_call_seconds_count{op=\"apply\"}"),
+        "apply calls timed"
+    );
+    assert!(text.contains("ktimer_commands_total{kind=\"CREATE_ONCE\",outcome=\"accepted\"} 30"));
+    // The consumer's statistics arrive every 5 s: the lag of the consumed partitions is 0.
+    let deadline = tokio::time::Instant::now() + MIN;
+    loop {
+        let (_, text) = http_get(&admin, "/metrics").expect("metrics");
+        if text.contains("ktimer_consumer_lag{") {
+            assert_eq!(metric(&text, "ktimer_consumer_lag"), Some(0.0), "{text}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no consumer lag reported"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    svc.stop().await;
+}

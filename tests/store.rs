@@ -173,3 +173,29 @@ async fn the_same_record_applied_again_answers_accepted() {
     // Fires once.
     assert_eq!(w.claim(T0 + 60_000, T0 + 60_000).await.fires.len(), 1);
 }
+
+/// Fires due and not claimed are overdue: how many, and the oldest.
+#[tokio::test]
+async fn overdue_counts_due_fires_not_claimed() {
+    let mut w = World::new("overdue").await;
+    for (id, at) in [("a", 1_000), ("b", 2_000), ("c", 90_000)] {
+        w.apply(
+            TimerCommand {
+                application: "app".into(),
+                at_ms: Some(T0 + at),
+                ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
+            },
+            T0,
+        )
+        .await;
+    }
+    let o = w.store.overdue(0, T0 + 5_000).await.unwrap();
+    assert_eq!((o.count, o.oldest_due_ms), (2, Some(T0 + 1_000)));
+    w.claim(T0 + 5_000, T0 + 5_000).await;
+    let o = w.store.overdue(0, T0 + 5_000).await.unwrap();
+    assert_eq!(
+        (o.count, o.oldest_due_ms),
+        (0, None),
+        "claimed fires are not overdue"
+    );
+}
