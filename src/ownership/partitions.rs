@@ -199,16 +199,24 @@ impl Partitions {
         let Some(r) = rebuilt else {
             return false;
         };
-        tracing::warn!(
-            partition = p,
-            timers = r.timers,
-            records = r.records,
-            replay_from = r.replay_from,
-            read_ms = r.read.as_millis() as u64,
-            elapsed_ms = r.elapsed.as_millis() as u64,
-            "redis rebuilt from the state topic; replaying the commands after its checkpoint"
-        );
-        t.metrics.replays.inc();
+        if r.records == 0 && r.replay_from == 0 && !wipe {
+            // Nothing recorded for the partition yet (a new one): not a loss to report.
+            tracing::info!(
+                partition = p,
+                "no state recorded yet: replaying the partition's commands from the start"
+            );
+        } else {
+            tracing::warn!(
+                partition = p,
+                timers = r.timers,
+                records = r.records,
+                replay_from = r.replay_from,
+                read_ms = r.read.as_millis() as u64,
+                elapsed_ms = r.elapsed.as_millis() as u64,
+                "redis rebuilt from the state topic; replaying the commands after its checkpoint"
+            );
+            t.metrics.replays.inc();
+        }
         o.sequence = r.sequence;
         // Listed ends can trail (Tansu lists the last batch's start): what this instance
         // applied before is replayed too.
