@@ -114,9 +114,10 @@ impl Applications {
         }
     }
 
-    /// The applications the file names (bounded metric labels).
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.apps.keys().map(String::as_str).filter(|n| *n != "*")
+    /// Whether the file names any application (else per-application metrics are skipped:
+    /// every application would be `other`).
+    pub fn names_any(&self) -> bool {
+        self.apps.keys().any(|n| n != "*")
     }
 
     /// The callback allow-list the file's `callbacks` entries make, if any.

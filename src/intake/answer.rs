@@ -44,7 +44,7 @@ pub(crate) async fn send(
     handled: Vec<Handled>,
 ) -> Batch {
     let mut sent = Vec::with_capacity(handled.len());
-    let per_app = apps.names().next().is_some();
+    let per_app = apps.names_any();
     for h in &handled {
         let outcome = match h.forward {
             Some(_) => "forwarded",

@@ -20,8 +20,8 @@
 //!   what Redis still has is harmless.
 //!
 //! Files: `context` (the consumer's rebalance callback), [`partitions`] (the owned
-//! partitions: own, rebuild, check, hold, seek, stop), [`tasks`] (what runs per owned
-//! partition); this file keeps the pure decisions.
+//! partitions: own, rebuild, stop; `partitions/check.rs`: the periodic check, hold, seek),
+//! [`tasks`] (what runs per owned partition); this file keeps the pure decisions.
 
 mod context;
 pub mod partitions;

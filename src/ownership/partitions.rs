@@ -1,10 +1,12 @@
 //! The partitions this instance owns, each with its epoch and tasks: taking them on
 //! assignment (rebuilding Redis from the state topic when it has nothing of them),
-//! dropping them on revocation, the periodic check against Redis, and replaying what
-//! Redis lost before the partition fires again.
+//! dropping them on revocation. The periodic check against Redis, and replaying what
+//! Redis lost before the partition fires again, are in [`check`].
+
+mod check;
 
 use super::tasks::{Running, Tasks};
-use super::{verdict, IntakeContext, RebalanceEvent, Verdict};
+use super::{IntakeContext, RebalanceEvent};
 use crate::retry::Retry;
 use crate::state::rebuild::rebuild;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -289,131 +291,6 @@ impl Partitions {
                 .trigger_alive
                 .with_label_values(&[&p.to_string()]);
             g.set(alive as i64);
-        }
-    }
-
-    /// Checks that Redis still holds what this instance wrote for `parts`: drops the
-    /// partitions another instance took, replays from Kafka what Redis lost, rebuilds
-    /// what it lost entirely, restarts tasks that ended. Returns the partitions found as
-    /// this instance left them.
-    pub async fn check(&mut self, parts: &[i32]) -> Vec<i32> {
-        let mut changed = false;
-        let mut held = Vec::new();
-        for &p in parts {
-            let Some(o) = self.owned.get(&p) else {
-                continue;
-            };
-            if let Some(to) = o.seek {
-                self.seek(p, to);
-                continue;
-            }
-            if o.hold_until.is_some() && self.caught_up(p) {
-                self.release(p);
-            }
-            let Some(o) = self.owned.get(&p) else {
-                continue;
-            };
-            let now = self.tasks.trigger.clock.now_ms();
-            let (epoch, handled, floor) = (o.epoch, o.handled, o.floor(now));
-            let state = match self.tasks.store.partition_state(p).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(partition = p, error = %e, "ownership check skipped");
-                    continue;
-                }
-            };
-            match verdict(epoch, handled, floor, state) {
-                Verdict::Held if o.ended() && !self.tasks.token.is_cancelled() => {
-                    // Only a fence ends them otherwise; Redis says the epoch is still ours.
-                    tracing::error!(partition = p, "a partition task ended; restarting them");
-                    self.tasks.metrics.task_restarts.inc();
-                    if !self.own(p, false).await {
-                        return held;
-                    }
-                    changed = true;
-                }
-                Verdict::Held => held.push(p),
-                Verdict::Fenced => {
-                    tracing::warn!(partition = p, "fenced: another instance took the partition");
-                    if let Some(o) = self.owned.remove(&p) {
-                        o.stop().await;
-                    }
-                    self.tasks.metrics.forget_partition(p);
-                    changed = true;
-                }
-                Verdict::Behind(to) => {
-                    tracing::warn!(partition = p, ?handled, redis = ?state.applied, floor,
-                        checkpoint = ?state.checkpoint,
-                        "redis lost commands it had applied: replaying them before firing again");
-                    self.tasks.metrics.replays.inc();
-                    self.hold(p, handled).await;
-                    self.seek(p, to);
-                }
-                Verdict::Lost => {
-                    tracing::warn!(partition = p, ?state, floor,
-                        "redis lost the partition (emptied, or back from older data): rebuilding it");
-                    if !self.own(p, true).await {
-                        return held;
-                    }
-                    changed = true;
-                }
-            }
-        }
-        if changed {
-            self.publish();
-        }
-        held
-    }
-
-    /// Stops the tasks of `p` until the commands up to `until` are applied again.
-    async fn hold(&mut self, p: i32, until: Option<i64>) {
-        let Some(o) = self.owned.get_mut(&p) else {
-            return;
-        };
-        if let Some(r) = o.tasks.take() {
-            o.sequence = r.checkpoint.sequence();
-            r.stop().await;
-        }
-        o.hold_until = until;
-        if until.is_none() {
-            self.release(p);
-        }
-    }
-
-    /// Whether the consumer of `p` read past the offset its tasks wait for.
-    fn caught_up(&self, p: i32) -> bool {
-        let Some(until) = self.owned.get(&p).and_then(|o| o.hold_until) else {
-            return true;
-        };
-        let pos = self
-            .consumer
-            .position()
-            .ok()
-            .and_then(|tpl| tpl.find_partition(&self.topic, p).map(|e| e.offset()));
-        matches!(pos, Some(Offset::Offset(n)) if n > until)
-    }
-
-    /// Moves the consumer of `p` back to `to`; if librdkafka refuses for now, records of
-    /// `p` are skipped until a later check succeeds.
-    pub fn seek(&mut self, p: i32, to: Offset) {
-        let Some(o) = self.owned.get_mut(&p) else {
-            return;
-        };
-        match self
-            .consumer
-            .seek(&self.topic, p, to, Duration::from_secs(5))
-        {
-            Ok(()) => {
-                o.seek = None;
-                o.handled = match to {
-                    Offset::Offset(n) => Some(n - 1),
-                    _ => None,
-                };
-            }
-            Err(e) => {
-                tracing::warn!(partition = p, error = %e, "seek refused; retrying in a second");
-                o.seek = Some(to);
-            }
         }
     }
 

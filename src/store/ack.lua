@@ -9,6 +9,8 @@
 -- A one-shot timer whose state was never written owes nothing: it only leaves the
 -- deferred sets.
 -- Every call counts in the acknowledgement counter (a checkpoint is due after fires).
+-- A timer that is done leaves its application's live count (done/complete, misfire.lua,
+-- prepended).
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 deferred by due,
 --       6 deferred by first offset, 7 acknowledgement counter, 8 live timers per
 --       application
@@ -47,22 +49,13 @@ for i = 4, #ARGV do
       redis.call('HSET', tkey, 'dlr', due, 'dlx', reason)
     end
     if t[3] ~= 'c' then
-      local app = redis.call('HGET', tkey, 'a')
-      if app then
-        redis.call('HINCRBY', KEYS[8], app, -1)
-      end
+      done(tkey, KEYS[8])
       redis.call('HSET', tkey, 'st', reason and 'dead_lettered' or 'fired')
       redis.call('PEXPIRE', tkey, ARGV[3])
     else
       redis.call('HSET', tkey, 'last', due)
       if t[6] == due or (t[5] and tonumber(t[4] or '0') >= tonumber(t[5])) then
-        local app = redis.call('HGET', tkey, 'a')
-        if app then
-          redis.call('HINCRBY', KEYS[8], app, -1)
-        end
-        redis.call('HSET', tkey, 'st', 'completed')
-        redis.call('PEXPIRE', tkey, ARGV[3])
-        redis.call('ZREM', KEYS[3], id)
+        complete(tkey, id, ARGV[3], KEYS[3], KEYS[4], KEYS[8])
       end
     end
   end

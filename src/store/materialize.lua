@@ -8,11 +8,11 @@
 -- A timer whose version moved since the migrator read it is left alone (the command
 -- that moved it materialised its own occurrences). An exhausted schedule records its
 -- last occurrence (fin), whose acknowledgement completes the timer; when that one is no
--- longer pending, the timer completes now.
+-- longer pending, the timer completes now (complete, misfire.lua, prepended).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-local done = 0
+local extended = 0
 local i = 5
 while i <= #ARGV do
   local id, ver, covered, refill, k = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
@@ -47,18 +47,12 @@ while i <= #ARGV do
       if pending then
         redis.call('HSET', tkey, 'fin', last)
       else
-        local app = redis.call('HGET', tkey, 'a')
-        if app then
-          redis.call('HINCRBY', KEYS[6], app, -1)
-        end
-        redis.call('HSET', tkey, 'st', 'completed')
-        redis.call('PEXPIRE', tkey, ARGV[4])
-        redis.call('ZADD', KEYS[5], 'NX', 'inf', id)
+        complete(tkey, id, ARGV[4], KEYS[3], KEYS[5], KEYS[6])
       end
     end
-    done = done + 1
+    extended = extended + 1
   elseif t[2] ~= 'scheduled' then
     redis.call('ZREM', KEYS[3], id)
   end
 end
-return done
+return extended

@@ -1,4 +1,5 @@
--- Timer helpers, prepended to apply.lua, claim.lua and recover.lua (one source for all).
+-- Timer helpers, prepended to apply.lua, claim.lua, recover.lua, ack.lua and
+-- materialize.lua (one source for all).
 -- `t` holds a timer's fields in this order: v, st, d, k, n, mx, mp, lf, fin, lfd.
 local TIMER_FIELDS = {'v', 'st', 'd', 'k', 'n', 'mx', 'mp', 'lf', 'fin', 'lfd'}
 

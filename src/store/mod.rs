@@ -99,7 +99,7 @@ impl StoreError {
     }
 }
 
-/// Helpers shared by the claim and recover scripts, prepended to both.
+/// Timer helpers (misfire planning, completion), prepended to the scripts that use them.
 const MISFIRE: &str = include_str!("misfire.lua");
 
 /// A script with its source (to load it into every primary of a cluster).
@@ -145,10 +145,10 @@ impl Scripts {
             apply: Lua::new(&[MISFIRE, include_str!("apply.lua")].concat()),
             mark: Lua::new(include_str!("mark.lua")),
             claim: Lua::new(&[MISFIRE, include_str!("claim.lua")].concat()),
-            ack: Lua::new(include_str!("ack.lua")),
+            ack: Lua::new(&[MISFIRE, include_str!("ack.lua")].concat()),
             recover: Lua::new(&[MISFIRE, include_str!("recover.lua")].concat()),
             cron_due: Lua::new(include_str!("cron_due.lua")),
-            materialize: Lua::new(include_str!("materialize.lua")),
+            materialize: Lua::new(&[MISFIRE, include_str!("materialize.lua")].concat()),
             acquire: Lua::new(include_str!("acquire.lua")),
             checkpoint: Lua::new(include_str!("checkpoint.lua")),
             checkpointed: Lua::new(include_str!("checkpointed.lua")),

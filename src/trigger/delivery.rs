@@ -188,15 +188,13 @@ impl Trigger {
         match (r, pending.dead) {
             (Ok(()), None) => {
                 self.m.delivered.inc();
-                let label = self
-                    .cfg
-                    .apps
-                    .current()
-                    .label(&pending.fire.def.application)
-                    .to_string();
-                self.app_fires
-                    .with_label_values(&[&label, "delivered"])
-                    .inc();
+                let apps = self.cfg.apps.current();
+                if apps.names_any() {
+                    let label = apps.label(&pending.fire.def.application);
+                    self.app_fires
+                        .with_label_values(&[label, "delivered"])
+                        .inc();
+                }
                 self.acks.push(pending.fire.member);
             }
             (Ok(()), Some(why)) => {

@@ -121,30 +121,38 @@ impl Cluster {
 
     /// Whether the live primaries serve all 16384 slots.
     fn covered(&self) -> bool {
-        let live: Vec<u16> = self.primaries();
+        let live = self.primaries();
+        let served: i64 = self
+            .slot_map()
+            .iter()
+            .filter(|(port, _)| live.contains(port))
+            .flat_map(|(_, ranges)| ranges.iter().map(|(a, b)| b - a + 1))
+            .sum();
+        served == 16384
+    }
+
+    /// Each primary not marked failed (`CLUSTER NODES`): its port and its slot ranges.
+    fn slot_map(&self) -> Vec<(u16, Vec<(i64, i64)>)> {
         let Some(nodes) = self.any::<String>(&["CLUSTER", "NODES"]) else {
-            return false;
+            return vec![];
         };
-        let mut slots = 0;
-        for line in nodes.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let port = f[1]
-                .split(['@', ':'])
-                .nth(1)
-                .and_then(|p| p.parse::<u16>().ok());
-            if f[2].contains("master")
-                && !f[2].contains("fail")
-                && port.is_some_and(|p| live.contains(&p))
-            {
-                for r in &f[8..] {
-                    let mut ends = r.split('-').filter_map(|x| x.parse::<u32>().ok());
-                    if let Some(a) = ends.next() {
-                        slots += ends.next().unwrap_or(a) - a + 1;
-                    }
-                }
-            }
-        }
-        slots == 16384
+        nodes
+            .lines()
+            .map(|line| line.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f[2].contains("master") && !f[2].contains("fail"))
+            .filter_map(|f| {
+                let port = f[1].split(['@', ':']).nth(1)?.parse().ok()?;
+                let ranges = f[8..]
+                    .iter()
+                    .filter_map(|r| {
+                        let mut ends = r.split('-').filter_map(|x| x.parse::<i64>().ok());
+                        let a = ends.next()?;
+                        Some((a, ends.next().unwrap_or(a)))
+                    })
+                    .collect();
+                Some((port, ranges))
+            })
+            .collect()
     }
 
     fn any<T: redis::FromRedisValue>(&self, args: &[&str]) -> Option<T> {
@@ -237,21 +245,10 @@ impl Cluster {
 
     /// The port of the primary serving `slot`.
     pub fn primary_of_slot(&self, slot: i64) -> u16 {
-        let nodes: String = self.any(&["CLUSTER", "NODES"]).expect("CLUSTER NODES");
-        for line in nodes.lines() {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if !f[2].contains("master") || f[2].contains("fail") {
-                continue;
-            }
-            for r in &f[8..] {
-                let mut ends = r.split('-').filter_map(|x| x.parse::<i64>().ok());
-                if let Some(a) = ends.next() {
-                    if (a..=ends.next().unwrap_or(a)).contains(&slot) {
-                        return f[1].split(['@', ':']).nth(1).unwrap().parse().unwrap();
-                    }
-                }
-            }
-        }
-        panic!("no primary serves slot {slot}");
+        self.slot_map()
+            .into_iter()
+            .find(|(_, ranges)| ranges.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .map(|(port, _)| port)
+            .unwrap_or_else(|| panic!("no primary serves slot {slot}"))
     }
 }
