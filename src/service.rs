@@ -16,6 +16,7 @@ use crate::shutdown::CancellationToken;
 use crate::sink::{Sink, SinkTopics};
 use crate::state::checkpoint::CheckpointConfig;
 use crate::status::{Status, StatusTx};
+use crate::store::tune::{self, Tuned};
 use crate::store::Store;
 use crate::topics;
 use crate::trigger::TriggerConfig;
@@ -168,7 +169,22 @@ async fn connect_store(args: &RunArgs, token: &CancellationToken) -> Option<Stor
         &args.redis_prefix,
         &args.kafka.commands_topic,
     );
-    Retry::new("redis connect", token)
+    let store = Retry::new("redis connect", token)
         .forever(|| Store::connect(url, prefix, topic, args.retention_ms))
-        .await
+        .await?;
+    if args.redis_tune {
+        match store.tune_encoding().await {
+            Ok(Tuned::Already) => {}
+            Ok(Tuned::Raised(from)) => tracing::info!(
+                from,
+                to = tune::HASH_VALUE_BYTES,
+                "raised Redis hash-max-listpack-value (--redis-tune)"
+            ),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "could not raise Redis hash-max-listpack-value: pending timers take about twice the memory (--redis-tune false silences this)"
+            ),
+        }
+    }
+    Some(store)
 }

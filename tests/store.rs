@@ -199,3 +199,71 @@ async fn overdue_counts_due_fires_not_claimed() {
         "claimed fires are not overdue"
     );
 }
+
+/// Live timers are fields of bucket hashes that split as timers are added (linear
+/// hashing, `record.lua`): every timer stays findable across the splits, a cancel moves
+/// it out of its bucket, and each live one fires once.
+#[tokio::test]
+async fn timers_stay_findable_while_their_buckets_split() {
+    let mut w = World::new("buckets").await;
+    let n = 3_000;
+    let ids: Vec<String> = (0..n).map(|i| format!("order:{i}")).collect();
+    for chunk in ids.chunks(500) {
+        let reqs: Vec<_> = chunk
+            .iter()
+            .enumerate()
+            .map(|(j, id)| w.request(once(id, T0 + 60_000 + (j as i64 % 120) * 1_000), T0))
+            .collect();
+        let (applied, _) = w.store.apply(&reqs, &[], T0).await.unwrap();
+        assert!(applied.iter().all(|a| a.outcome == ApplyOutcome::Accepted));
+    }
+    for id in ids.iter().step_by(3) {
+        let cancel = TimerCommand {
+            application: "app".into(),
+            ..TimerCommand::new(CommandKind::Cancel, id, "c")
+        };
+        assert_eq!(w.apply(cancel, T0).await.outcome, ApplyOutcome::Accepted);
+    }
+    let meta_key = w.store.keys(0).record_meta();
+    let mut con = redis::Client::open(common::servers().redis_url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (level, live): (i64, i64) = redis::cmd("HMGET")
+        .arg(&meta_key)
+        .arg("L")
+        .arg("n")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(
+        level >= 2,
+        "3,000 timers split the 8 first buckets: level {level}"
+    );
+    assert_eq!(live, 2_000, "live records counted");
+    for (i, id) in ids.iter().enumerate() {
+        let t = w.store.timer(0, id).await.unwrap().expect(id);
+        let want = if i % 3 == 0 {
+            TimerState::Cancelled
+        } else {
+            TimerState::Scheduled
+        };
+        assert_eq!(t.state, Some(want), "{id}");
+    }
+    let mut fired = std::collections::BTreeMap::<String, usize>::new();
+    let end = T0 + 60_000 + 120_000;
+    loop {
+        let c = w.claim(end, end).await;
+        if c.fires.is_empty() {
+            break;
+        }
+        for f in &c.fires {
+            *fired.entry(f.timer_id.clone()).or_default() += 1;
+        }
+    }
+    assert_eq!(fired.len(), 2_000);
+    assert!(fired
+        .iter()
+        .all(|(id, &k)| k == 1 && !ids.iter().step_by(3).any(|c| c == id)));
+}

@@ -11,15 +11,18 @@
 //!    `--due burst` (all in one millisecond), produced at `--rate`. The fired records
 //!    are read back: fire lateness (ktimer's produce time, header `ktimer-fired-ms`,
 //!    minus due), delivery lateness (received minus due), early, missing, duplicates.
-//! 3. **baseline**: the same number of records shaped like fired records go through a
-//!    plain consume-then-produce pipe ([`pipe`]) on the same broker; ktimer's delivered
-//!    fire rate is reported as a ratio of the pipe's rate.
+//! 3. **baseline** ([`baseline`]): the same number of records shaped like fired records
+//!    go through a plain consume-then-produce pipe ([`pipe`]) on the same broker; ktimer's
+//!    delivered fire rate is reported as a ratio of the pipe's rate. With pending timers,
+//!    as many create commands like theirs go through the same pipe first: the intake
+//!    rate is reported as a ratio of that one.
 //!
 //! The run's topics are fresh (`ktimer-bench-RUN.*`), its instances are started in this
 //! process (or `--instances 0` uses running ones), and everything it created is deleted
 //! at the end unless `--keep`. The report goes to stdout and to `--out` as JSON plus an
 //! SVG histogram. The command fails when a timer fired early or never.
 
+pub mod baseline;
 pub mod load;
 pub mod nodes;
 pub mod observe;
@@ -35,7 +38,7 @@ use crate::now_ms;
 use crate::shutdown::CancellationToken;
 use hdrhistogram::Histogram;
 use load::Plan;
-use observe::{Answers, Count, Fires, Progress, Tap};
+use observe::{Answers, Fires, Progress, Tap};
 use report::{per_second, BaselineReport, FireReport, PendingReport, Percentiles, Report};
 use setup::Env;
 use std::sync::Arc;
@@ -104,10 +107,26 @@ async fn phases(
     // intake rate just measured when there is one.
     let measured = pending.as_ref().map(|p| p.intake_per_s as u64);
     let (fire, fires) = fire_phase(args, env, progress, codec, measured).await?;
+    let command_baseline = match (&pending, args.no_baseline) {
+        (Some(p), false) => {
+            let plan = Plan {
+                prefix: format!("b{}-c-", env.run),
+                ..pending_plan(env, p.timers)
+            };
+            let n = p.timers;
+            let rate = baseline::command_shaped(env, args, &plan, n, codec, progress).await?;
+            Some(BaselineReport {
+                records: n,
+                rate_per_s: rate,
+                ratio: ((p.intake_per_s / rate) * 100.0).round() / 100.0,
+            })
+        }
+        _ => None,
+    };
     let baseline = if args.no_baseline {
         None
     } else {
-        let rate = baseline_phase(env, args, progress).await?;
+        let rate = baseline::fired_shaped(env, args, progress).await?;
         Some(BaselineReport {
             records: args.timers,
             rate_per_s: rate,
@@ -133,6 +152,7 @@ async fn phases(
         rebuild,
         fire,
         baseline,
+        command_baseline,
         checks: Vec::new(),
     };
     let offered = match args.due {
@@ -295,35 +315,4 @@ async fn fire_phase(
         redis_cpu: nodes::cpu_between(&before, &after, fires.unique, elapsed_ms),
     };
     Ok((report, fires))
-}
-
-/// Fills the pipe's input, runs the pipe, returns its rate (records/s).
-async fn baseline_phase(
-    env: &Env,
-    args: &BenchArgs,
-    progress: &Arc<Progress>,
-) -> anyhow::Result<f64> {
-    let n = args.timers;
-    progress.phase("baseline", n);
-    let payload = vec![b'x'; args.payload_bytes];
-    let prefix = format!("b{}-x-", env.run);
-    let filled = pipe::fill(&env.kafka, &env.pipe_in, n, &prefix, &payload, progress).await?;
-    anyhow::ensure!(
-        filled.failed == 0,
-        "baseline input not produced: {:?}",
-        filled.first_error
-    );
-    let count = Tap::start(&env.kafka, &env.pipe_out, Count::new(n, progress.clone()))?;
-    let start = now_ms();
-    let limit = Duration::from_millis(args.timeout_ms.max(1) as u64);
-    tokio::time::timeout(limit, pipe::run(&env.kafka, &env.pipe_in, &env.pipe_out, n))
-        .await
-        .map_err(|_| anyhow::anyhow!("the baseline pipe did not finish within {limit:?}"))??;
-    let (count, done) = count.finish(Instant::now() + limit).await?;
-    anyhow::ensure!(
-        done,
-        "the baseline pipe delivered {} of {n} records",
-        count.received
-    );
-    Ok(per_second(n, start, count.last_ms))
 }

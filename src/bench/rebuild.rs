@@ -87,8 +87,11 @@ pub async fn rebuild_phase(
     let elapsed = started.elapsed();
     let mut restored = 0;
     for k in &keys {
+        // Live timers are counted in the record buckets' meta; done ones have keys.
+        let live: Option<usize> = c.hget(k.record_meta(), "n").await?;
+        restored += live.unwrap_or(0);
         let opts = redis::ScanOptions::default()
-            .with_pattern(format!("{}*", k.timer_prefix()))
+            .with_pattern(format!("{}t:*", k.base()))
             .with_count(10_000);
         let mut it: redis::AsyncIter<String> = c.scan_options(opts).await?;
         while let Some(_key) = futures::StreamExt::next(&mut it).await {

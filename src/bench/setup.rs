@@ -41,6 +41,8 @@ pub struct Env {
     pub pipe_in: String,
     /// See `pipe_in`.
     pub pipe_out: String,
+    /// The command-shaped baseline's input and output topics.
+    pub command_pipe: (String, String),
     /// The Redis primaries of the instances (memory and CPU are measured there).
     pub nodes: Nodes,
     /// `--redis-url`.
@@ -76,7 +78,17 @@ impl Env {
         }
         let callback = format!("{base}.callback");
         let (pipe_in, pipe_out) = (format!("{base}.pipe-in"), format!("{base}.pipe-out"));
-        let mut names = vec![callback.clone(), pipe_in.clone(), pipe_out.clone()];
+        let command_pipe = (
+            format!("{base}.cmd-pipe-in"),
+            format!("{base}.cmd-pipe-out"),
+        );
+        let mut names = vec![
+            callback.clone(),
+            pipe_in.clone(),
+            pipe_out.clone(),
+            command_pipe.0.clone(),
+            command_pipe.1.clone(),
+        ];
         if own {
             names.extend([
                 kafka.commands_topic.clone(),
@@ -111,6 +123,7 @@ impl Env {
             callback,
             pipe_in,
             pipe_out,
+            command_pipe,
             nodes,
             redis_url: args.redis_url.clone(),
             prefix: own.then(|| base.clone()),

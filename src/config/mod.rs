@@ -121,6 +121,11 @@ pub struct RunArgs {
     /// Prefix of every Redis key.
     #[arg(long, env = "KTIMER_REDIS_PREFIX", default_value = "ktimer")]
     pub redis_prefix: String,
+    /// Raise Redis's `hash-max-listpack-value` to 1024 at start (CONFIG SET on every
+    /// primary), so buckets of timer records keep the compact encoding: about half the
+    /// memory per pending timer. `false` leaves the server's configuration alone.
+    #[arg(long, env = "KTIMER_REDIS_TUNE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub redis_tune: bool,
     /// Consumer group of the ktimer instances.
     #[arg(long, env = "KTIMER_GROUP_ID", default_value = "ktimer")]
     pub group_id: String,

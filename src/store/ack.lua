@@ -14,11 +14,13 @@
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 deferred by due,
 --       6 deferred by first offset, 7 acknowledgement counter, 8 live timers per
 --       application
--- ARGV: 1 expected epoch, 2 timer key prefix, 3 retention ms, 4.. members
+-- ARGV: 1 expected epoch, 2 the partition's key prefix (timer records, record.lua),
+--       3 retention ms, 4.. members
 -- Returns the number of members removed, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
+rec_init(ARGV[2], ARGV[3])
 redis.call('INCR', KEYS[7])
 local n = 0
 -- Members to remove from the in-flight set, removed together at the end.
@@ -35,27 +37,28 @@ for i = 4, #ARGV do
   local c2 = string.find(member, ':', c1 + 1, true)
   local due = string.sub(member, c1 + 1, c2 - 1)
   local id = string.sub(member, c2 + 1)
-  local tkey = ARGV[2] .. id
-  local t = redis.call('HMGET', tkey, 'v', 'st', 'k', 'n', 'mx', 'fin', 'p')
-  if t[1] == string.sub(member, 1, c1 - 1) and t[2] == 'scheduled' then
-    if t[7] or t[3] == 'c' then
+  local t = rec_get(id)
+  if t and t.v == string.sub(member, 1, c1 - 1) and t.st == 'scheduled' then
+    if t.p or t.k == 'c' then
       redis.call('ZADD', KEYS[4], 'NX', 'inf', id)
     else
       redis.call('ZREM', KEYS[5], id)
       redis.call('ZREM', KEYS[6], id)
     end
     if reason then
-      redis.call('HINCRBY', tkey, 'dl', 1)
-      redis.call('HSET', tkey, 'dlr', due, 'dlx', reason)
+      t.dl = string.format('%d', tonumber(t.dl or '0') + 1)
+      t.dlr, t.dlx = due, reason
     end
-    if t[3] ~= 'c' then
-      done(tkey, KEYS[8])
-      redis.call('HSET', tkey, 'st', reason and 'dead_lettered' or 'fired')
-      redis.call('PEXPIRE', tkey, ARGV[3])
+    if t.k ~= 'c' then
+      done(t, KEYS[8])
+      t.st = reason and 'dead_lettered' or 'fired'
+      rec_put(id, t)
     else
-      redis.call('HSET', tkey, 'last', due)
-      if t[6] == due or (t[5] and tonumber(t[4] or '0') >= tonumber(t[5])) then
-        complete(tkey, id, ARGV[3], KEYS[3], KEYS[4], KEYS[8])
+      t.last = due
+      if t.fin == due or (t.mx and tonumber(t.n or '0') >= tonumber(t.mx)) then
+        complete(t, id, KEYS[3], KEYS[4], KEYS[8])
+      else
+        rec_put(id, t)
       end
     end
   end
@@ -63,4 +66,5 @@ end
 for i = 1, #gone, 1000 do
   n = n + redis.call('ZREM', KEYS[2], unpack(gone, i, math.min(i + 999, #gone)))
 end
+rec_flush()
 return n

@@ -3,10 +3,11 @@
 -- KEYS: 1 epoch, 2 applied offset, 3 slice index, 4 in-flight set, 5 cron index,
 --       6 dirty set (timers changed since the last checkpoint, scored by the first
 --       command that changed them since), 7 deferred timers by due, 8 by first offset
---       (checkpoint.lua), 9 live timers per application, 9+i timer hash of the i-th command
+--       (checkpoint.lua), 9 live timers per application
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
 --       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
---       6 defer ms, then per command a group:
+--       6 defer ms, 7 the partition's key prefix (timer records, record.lua), then per
+--       command a group:
 --       +0 command offset, +1 op (create | update | pause | resume | cancel), +2 timer id,
 --       +3 request id, +4 kind (o one-shot | c cron), +5 due ms (one-shot due, or first
 --       cron occurrence), +6 stored definition ('' keeps the current one on update),
@@ -19,12 +20,13 @@
 -- is accepted | duplicate | rejected.
 -- Invariants:
 -- * the version of a timer is the offset of the last command that changed it, so every
---   fire member "version:due:id" of an older version is stale and never claimed;
+--   cron member "\1version:due:id" of an older version is stale and never claimed;
 -- * a command at or below the timer's version, or repeating its last request id, is a
 --   duplicate: a replayed batch changes nothing; the record that made the timer's
 --   current version, applied again, answers accepted again (and changes nothing);
--- * a scheduled one-shot timer has exactly one member (in a slice or in flight); cron
---   members of older versions are dropped lazily when their minute is claimed;
+-- * a scheduled one-shot timer has exactly one member: its id in the slice of its due
+--   minute, or "version:due:id" in flight; cron members of older versions are dropped
+--   lazily when their minute is claimed;
 -- * the applied offset only grows; it is the highest offset of the batch once applied;
 -- * a timer belongs to the application that created it (field a): a command of another
 --   application is rejected and changes nothing;
@@ -44,17 +46,25 @@ end
 if tonumber(redis.call('GET', KEYS[2]) or '-1') < tonumber(ARGV[4]) then
   return {'fenced'}
 end
+rec_init(ARGV[7], ARGV[2])
 local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1}
 local out = {}
 local top = -1
 local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
 -- Set by a create whose timer is deferred rather than dirty.
 local deferred = false
+-- Minutes entered in the slice index by this call (one ZADD per minute).
+local indexed = {}
+-- Per application, how its live count moves (one HINCRBY each at the end).
+local live_delta = {}
 
 local function slice_add(d, member)
   local minute = math.floor(tonumber(d) / 60000)
   redis.call('ZADD', ARGV[3] .. minute, d, member)
-  redis.call('ZADD', KEYS[3], minute, minute)
+  if not indexed[minute] then
+    redis.call('ZADD', KEYS[3], minute, minute)
+    indexed[minute] = true
+  end
 end
 
 local function slice_remove(d, member)
@@ -62,210 +72,197 @@ local function slice_remove(d, member)
   local skey = ARGV[3] .. minute
   if redis.call('ZREM', skey, member) == 1 and redis.call('EXISTS', skey) == 0 then
     redis.call('ZREM', KEYS[3], minute)
+    indexed[minute] = nil
   end
+end
+
+-- The live count of `app`, with this call's changes.
+local function live_count(app)
+  return tonumber(redis.call('HGET', KEYS[9], app) or '0') + (live_delta[app] or 0)
 end
 
 -- Whether a cron timer has fired as often as it may.
-local function fired_out(tkey)
-  local t = redis.call('HMGET', tkey, 'n', 'mx')
-  return t[2] and tonumber(t[1] or '0') >= tonumber(t[2])
+local function fired_out(t)
+  return t.mx and tonumber(t.n or '0') >= tonumber(t.mx)
 end
 
--- Stores the schedule of the command whose group starts at ARGV[a] in `tkey` (timer
--- `id`, version `off`); materialises it when `live`.
-local function install(tkey, a, id, off, live)
+-- Stores the schedule of the command whose group starts at ARGV[a] in `t` (timer `id`,
+-- version `off`) and writes it; materialises it when `live`.
+local function install(t, a, id, off, live)
   local due_arg = ARGV[a + 5]
   if ARGV[a + 4] == 'o' then
-    redis.call('HSET', tkey, 'k', 'o', 'due', due_arg)
-    redis.call('HDEL', tkey, 'sc', 'mp', 'mx', 'hz', 'lst', 'fin', 'n')
+    t.k, t.due = 'o', due_arg
+    t.sc, t.mp, t.mx, t.hz, t.lst, t.fin, t.n = nil, nil, nil, nil, nil, nil, nil
     redis.call('ZREM', KEYS[5], id)
     if live then
-      slice_add(due_arg, off .. ':' .. due_arg .. ':' .. id)
+      slice_add(due_arg, id)
     end
+    rec_put(id, t)
     return
   end
-  redis.call('HSET', tkey, 'k', 'c', 'sc', ARGV[a + 7], 'mp', ARGV[a + 8], 'hz', ARGV[a + 10],
-    'due', due_arg)
-  redis.call('HDEL', tkey, 'fin', 'lst')
-  if ARGV[a + 9] ~= '' then
-    redis.call('HSET', tkey, 'mx', ARGV[a + 9])
-  else
-    redis.call('HDEL', tkey, 'mx')
-  end
-  if fired_out(tkey) then
-    complete(tkey, id, ARGV[2], KEYS[5], KEYS[6], KEYS[9])
+  t.k, t.sc, t.mp, t.hz, t.due = 'c', ARGV[a + 7], ARGV[a + 8], ARGV[a + 10], due_arg
+  t.fin, t.lst = nil, nil
+  t.mx = ARGV[a + 9] ~= '' and ARGV[a + 9] or nil
+  if fired_out(t) then
+    complete(t, id, KEYS[5], KEYS[6], KEYS[9])
     return
   end
-  if not live then
-    return
-  end
-  local last
-  for i = a + 16, a + 15 + tonumber(ARGV[a + 15]) do
-    slice_add(ARGV[i], off .. ':' .. ARGV[i] .. ':' .. id)
-    last = ARGV[i]
-  end
-  if last then
-    redis.call('HSET', tkey, 'lst', last)
-  end
-  if ARGV[a + 11] == '' then
-    redis.call('ZREM', KEYS[5], id)
-    if last then
-      redis.call('HSET', tkey, 'fin', last)
+  if live then
+    local last
+    for i = a + 16, a + 15 + tonumber(ARGV[a + 15]) do
+      slice_add(ARGV[i], slice_member('c', off, ARGV[i], id))
+      last = ARGV[i]
     end
-  else
-    redis.call('ZADD', KEYS[5], ARGV[a + 11], id)
+    t.lst = last
+    if ARGV[a + 11] == '' then
+      redis.call('ZREM', KEYS[5], id)
+      t.fin = last
+    else
+      redis.call('ZADD', KEYS[5], ARGV[a + 11], id)
+    end
   end
+  rec_put(id, t)
 end
 
--- Applies the command whose group starts at ARGV[a] to the timer hash `tkey`; returns
--- code, reason and, when it knows them without a read, the timer's version, state and due
--- (otherwise they are read back after).
-local function apply_one(tkey, a)
+-- Applies the command whose group starts at ARGV[a]; returns code, reason and the
+-- timer's fields after it.
+local function apply_one(a)
   local off, op, id, rq_arg = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
   local noff = tonumber(off)
   if noff > top then
     top = noff
   end
+  local t = rec_get(id)
   if not OPS[op] then
-    return 'rejected', 'unknown operation ' .. op
+    return 'rejected', 'unknown operation ' .. op, t
   end
   local app = ARGV[a + 13]
-  local t = redis.call('HMGET', tkey, 'v', 'st', 'rq', 'due', 'k', 'a')
-  local v, st, rq, due, kind = t[1], t[2], t[3], t[4], t[5]
-  if v and t[6] and t[6] ~= app then
-    return 'rejected', 'timer belongs to another application'
+  if t and t.a and t.a ~= app then
+    return 'rejected', 'timer belongs to another application', t
   end
+  local v, st = t and t.v, t and t.st
   if v then
-    if rq == rq_arg and tonumber(v) == noff then
+    if t.rq == rq_arg and tonumber(v) == noff then
       -- This very record, applied again (a reply lost to a client timeout, or a replay):
       -- it answers what it answered the first time.
-      return 'again', ''
+      return 'again', '', t
     end
-    if rq == rq_arg then
-      return 'duplicate', 'request ' .. rq .. ' was applied already'
+    if t.rq == rq_arg then
+      return 'duplicate', 'request ' .. t.rq .. ' was applied already', t
     end
     if noff <= tonumber(v) then
-      return 'duplicate', 'the timer is at version ' .. v .. ', newer than this command'
+      return 'duplicate', 'the timer is at version ' .. v .. ', newer than this command', t
     end
   end
   local live = st == 'scheduled' or st == 'paused'
   if op == 'create' then
     if live then
-      return 'rejected', 'a timer with this id is ' .. st .. '; update or cancel it first'
+      return 'rejected', 'a timer with this id is ' .. st .. '; update or cancel it first', t
     end
     local most = ARGV[a + 14]
-    if most ~= '' and tonumber(redis.call('HGET', KEYS[9], app) or '0') >= tonumber(most) then
+    if most ~= '' and live_count(app) >= tonumber(most) then
       return 'rejected', 'pending timer limit: the application has ' .. most ..
-        ' timers not yet done in this partition'
+        ' timers not yet done in this partition', t
     end
-    redis.call('HINCRBY', KEYS[9], app, 1)
-    local persisted
-    if v then
-      -- A timer whose state was written keeps owing its record (field p).
-      persisted = redis.call('HGET', tkey, 'p')
-      redis.call('DEL', tkey)
-      if persisted then
-        redis.call('HSET', tkey, 'p', persisted)
-      end
-    end
+    live_delta[app] = (live_delta[app] or 0) + 1
+    -- A timer whose state was written keeps owing its record (field p).
+    local fresh = {v = off, st = 'scheduled', rq = rq_arg, d = ARGV[a + 6], a = app,
+      p = t and t.p, _done = t and t._done}
     local due_arg = ARGV[a + 5]
     if ARGV[a + 4] == 'o' then
-      -- The common case in one call: a new one-shot timer.
-      redis.call('HSET', tkey, 'v', off, 'st', 'scheduled', 'rq', rq_arg, 'd', ARGV[a + 6],
-        'k', 'o', 'due', due_arg, 'a', app)
-      slice_add(due_arg, off .. ':' .. due_arg .. ':' .. id)
-      if not persisted and tonumber(due_arg) <= soon then
+      -- The common case: a new one-shot timer.
+      fresh.k, fresh.due = 'o', due_arg
+      rec_put(id, fresh)
+      slice_add(due_arg, id)
+      if not fresh.p and tonumber(due_arg) <= soon then
         redis.call('ZADD', KEYS[7], due_arg, id)
         redis.call('ZADD', KEYS[8], 'LT', off, id)
         deferred = true
       end
     else
-      redis.call('HSET', tkey, 'v', off, 'st', 'scheduled', 'rq', rq_arg, 'd', ARGV[a + 6],
-        'n', 0, 'a', app)
-      install(tkey, a, id, off, true)
+      fresh.n = '0'
+      install(fresh, a, id, off, true)
     end
-    -- What a read-back would answer, without the read.
-    return 'accepted', '', off, 'scheduled', due_arg
+    return 'accepted', '', fresh
   end
   if not v then
-    return 'rejected', 'unknown timer'
+    return 'rejected', 'unknown timer', t
   end
   if op == 'cancel' and st == 'cancelled' then
-    return 'duplicate', 'the timer was cancelled already'
+    return 'duplicate', 'the timer was cancelled already', t
   end
   if op == 'pause' and st == 'paused' then
-    return 'duplicate', 'the timer is paused already'
+    return 'duplicate', 'the timer is paused already', t
   end
   if op == 'resume' and st == 'scheduled' then
-    return 'duplicate', 'the timer is not paused'
+    return 'duplicate', 'the timer is not paused', t
   end
   if not live then
-    return 'rejected', 'the timer is ' .. st .. '; create it again'
+    return 'rejected', 'the timer is ' .. st .. '; create it again', t
   end
   -- Removes the pending member of a scheduled one-shot timer (cron members go lazily).
-  if st == 'scheduled' and kind ~= 'c' and due then
-    local member = v .. ':' .. due .. ':' .. id
-    slice_remove(due, member)
-    redis.call('ZREM', KEYS[4], member)
+  if st == 'scheduled' and t.k ~= 'c' and t.due then
+    slice_remove(t.due, id)
+    redis.call('ZREM', KEYS[4], v .. ':' .. t.due .. ':' .. id)
   end
-  redis.call('HSET', tkey, 'v', off, 'rq', rq_arg)
+  t.v, t.rq = off, rq_arg
   if op == 'update' then
     if ARGV[a + 6] ~= '' then
-      redis.call('HSET', tkey, 'd', ARGV[a + 6])
+      t.d = ARGV[a + 6]
     end
-    install(tkey, a, id, off, st == 'scheduled')
-    if redis.call('HGET', tkey, 'st') == 'completed' then
-      return 'accepted', 'the timer has fired max_fires times: completed'
+    install(t, a, id, off, st == 'scheduled')
+    if t.st == 'completed' then
+      return 'accepted', 'the timer has fired max_fires times: completed', t
     end
   elseif op == 'pause' then
-    redis.call('HSET', tkey, 'st', 'paused')
+    t.st = 'paused'
     redis.call('ZREM', KEYS[5], id)
+    rec_put(id, t)
   elseif op == 'resume' then
-    redis.call('HSET', tkey, 'st', 'scheduled')
-    if kind == 'c' and fired_out(tkey) then
-      complete(tkey, id, ARGV[2], KEYS[5], KEYS[6], KEYS[9])
-      return 'accepted', 'the timer has fired max_fires times: completed'
-    elseif kind == 'c' then
+    t.st = 'scheduled'
+    if t.k == 'c' and fired_out(t) then
+      complete(t, id, KEYS[5], KEYS[6], KEYS[9])
+      return 'accepted', 'the timer has fired max_fires times: completed', t
+    elseif t.k == 'c' then
       -- Occurrences from the resume on; the migrator materialises them at once.
-      redis.call('HSET', tkey, 'hz', tonumber(ARGV[a + 12]) - 1)
-      redis.call('HDEL', tkey, 'fin', 'due')
+      t.hz = string.format('%d', tonumber(ARGV[a + 12]) - 1)
+      t.fin, t.due = nil, nil
       redis.call('ZADD', KEYS[5], 0, id)
     else
-      slice_add(due, off .. ':' .. due .. ':' .. id)
+      slice_add(t.due, id)
     end
+    rec_put(id, t)
   elseif op == 'cancel' then
-    done(tkey, KEYS[9])
-    redis.call('HSET', tkey, 'st', 'cancelled')
+    done(t, KEYS[9])
+    t.st = 'cancelled'
     redis.call('ZREM', KEYS[5], id)
-    redis.call('PEXPIRE', tkey, ARGV[2])
+    rec_put(id, t)
   end
-  return 'accepted', ''
+  return 'accepted', '', t
 end
 
-local a = 7
-local i = 10
+local a = 8
 while a <= #ARGV do
-  local tkey = KEYS[i]
   deferred = false
-  local code, reason, v, st, due = apply_one(tkey, a)
+  local code, reason, t = apply_one(a)
   if code == 'again' then
     code = 'accepted'
   elseif code == 'accepted' and not deferred then
     redis.call('ZADD', KEYS[6], 'LT', ARGV[a], ARGV[a + 2])
   end
-  if not v then
-    local r = redis.call('HMGET', tkey, 'v', 'st', 'due')
-    v, st, due = r[1] or '', r[2] or '', r[3] or ''
-  end
+  t = t or {}
   out[#out + 1] = code
-  out[#out + 1] = v
-  out[#out + 1] = st
-  out[#out + 1] = due
+  out[#out + 1] = t.v or ''
+  out[#out + 1] = t.st or ''
+  out[#out + 1] = t.due or ''
   out[#out + 1] = reason
   a = a + 16 + tonumber(ARGV[a + 15])
-  i = i + 1
+end
+for app, n in pairs(live_delta) do
+  redis.call('HINCRBY', KEYS[9], app, n)
 end
 if top > tonumber(redis.call('GET', KEYS[2]) or '-1') then
   redis.call('SET', KEYS[2], top)
 end
+rec_flush()
 return out

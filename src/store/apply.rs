@@ -72,9 +72,9 @@ impl Store {
                 .arg(k.slice_prefix())
                 .arg(floor(first.partition))
                 .arg(now_ms)
-                .arg(super::state::DEFER_MS);
+                .arg(super::state::DEFER_MS)
+                .arg(k.base());
             for &i in chunk {
-                inv.key(k.timer(&reqs[i].timer_id));
                 command_args(&reqs[i], now_ms, &mut inv)?;
             }
             let (p, calls) = pipes.entry(first.partition).or_default();

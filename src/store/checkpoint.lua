@@ -8,7 +8,7 @@
 -- KEYS: 1 epoch, 2 dirty set, 3 pending set, 4 slice index, 5 in-flight set,
 --       6 applied offset, 7 deferred timers by due, 8 deferred timers by first offset,
 --       9 acknowledgement counter, 10 checkpoint sequence
--- ARGV: 1 expected epoch, 2 timer key prefix, 3 slice key prefix, 4 now ms, 5 most
+-- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix, 4 now ms, 5 most
 --       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
 --       data, whose states must never reach the state topic: 'fenced')
@@ -42,40 +42,35 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - grace, 'L
   redis.call('ZADD', KEYS[2], 'LT', first, id)
 end
 
--- Each timer is read once (HGETALL): the read decides whether it is deferred and is
--- what the page answers. `emit` collects the answer's timer part.
+-- Each timer is read once: the read decides whether it is deferred and is what the page
+-- answers. `emit` collects the answer's timer part.
+rec_init(ARGV[2], 0)
 local emit, emitted = {}, {}
 
--- The named fields of a HGETALL reply.
-local function fields(h)
-  local f = {}
-  for i = 1, #h, 2 do
-    f[h[i]] = h[i + 1]
-  end
-  return f
-end
-
--- Answers timer `id` (hash reply `h`): its fields, a tombstone, or nothing (it ended
--- before any state of it was written).
-local function answer(id, h)
+-- Answers timer `id` (fields `t`, nil when gone): its fields, a tombstone, or nothing
+-- (it ended before any state of it was written).
+local function answer(id, t)
   if emitted[id] then
     return
   end
   emitted[id] = true
-  local f = fields(h)
-  if #h == 0 or (TERMINAL[f.st] and f.p) then
+  if not t or (TERMINAL[t.st] and t.p) then
     emit[#emit + 1] = id
     emit[#emit + 1] = -1
-  elseif not TERMINAL[f.st] then
-    if not f.p then
-      redis.call('HSET', ARGV[2] .. id, 'p', 1)
-      h[#h + 1] = 'p'
-      h[#h + 1] = '1'
+  elseif not TERMINAL[t.st] then
+    if not t.p then
+      t.p = '1'
+      rec_put(id, t)
     end
+    local pairs_at = #emit + 2
     emit[#emit + 1] = id
-    emit[#emit + 1] = #h / 2
-    for i = 1, #h do
-      emit[#emit + 1] = h[i]
+    emit[#emit + 1] = 0
+    for _, f in ipairs(REC_FIELDS) do
+      if t[f] then
+        emit[#emit + 1] = f
+        emit[#emit + 1] = t[f]
+        emit[pairs_at] = emit[pairs_at] + 1
+      end
     end
   end
 end
@@ -83,7 +78,7 @@ end
 -- A page whose records were not confirmed is answered again first.
 local leftover = redis.call('SMEMBERS', KEYS[3])
 for _, id in ipairs(leftover) do
-  answer(id, redis.call('HGETALL', ARGV[2] .. id))
+  answer(id, rec_get(id))
 end
 
 -- Moves a page of the dirty set to the pending set, deferring timers due soon.
@@ -93,18 +88,18 @@ if want > 0 then
   for i = 1, #page, 2 do
     local id, first = page[i], page[i + 1]
     redis.call('ZREM', KEYS[2], id)
-    local h = redis.call('HGETALL', ARGV[2] .. id)
-    local t = fields(h)
-    local due = tonumber(t.due or '0')
-    if t.st == 'scheduled' and t.k == 'o' and not t.p and due <= now + defer and due > now - grace then
+    local t = rec_get(id)
+    local f = t or {}
+    local due = tonumber(f.due or '0')
+    if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > now - grace then
       redis.call('ZADD', KEYS[7], due, id)
       redis.call('ZADD', KEYS[8], 'LT', first, id)
     else
       redis.call('ZREM', KEYS[7], id)
       redis.call('ZREM', KEYS[8], id)
-      if t.p or not TERMINAL[t.st] then
+      if f.p or not TERMINAL[f.st] then
         redis.call('SADD', KEYS[3], id)
-        answer(id, h)
+        answer(id, t)
       end
     end
   end
@@ -141,4 +136,5 @@ end
 for i = 1, #emit do
   out[#out + 1] = emit[i]
 end
+rec_flush()
 return out

@@ -4,10 +4,13 @@
 -- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
 --       6 checkpoint sequence, 7 live timers per application
 -- ARGV: 1 expected epoch, 2 claim fires due <= this ms, 3 max fires, 4 slice key prefix,
---       5 timer key prefix, 6 occurrences due before this ms were missed, 7 now ms,
---       8 retention ms, 9 the oldest checkpoint sequence Redis may hold
--- Returns {next due ms or '', member, definition, member, definition, ...}, or {'fenced'}.
--- Members of timers that were paused, cancelled or changed (older version) are dropped.
+--       5 the partition's key prefix (timer records, record.lua), 6 occurrences due
+--       before this ms were missed, 7 now ms, 8 retention ms, 9 the oldest checkpoint
+--       sequence Redis may hold
+-- Returns {next due ms or '', member, definition, member, definition, ...}, or {'fenced'};
+-- a member is the in-flight member "version:due:id".
+-- Members of timers that were paused, cancelled or changed (older version, or a one-shot
+-- timer now due in another minute) are dropped.
 -- Cron members also obey the timer's maximum number of fires and its misfire policy
 -- (misfire.lua, prepended).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -18,6 +21,7 @@ end
 if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
+rec_init(ARGV[5], ARGV[8])
 local upto = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
@@ -26,49 +30,72 @@ local n = 0
 -- (score, member) pairs to add to the in-flight set.
 local flight = {}
 
--- Whether a valid cron member is delivered; counts it when it is.
-local function cron_take(tkey, t, due, id)
+-- Whether a valid cron member is delivered; counts it when it is (and writes `t`).
+local function cron_take(t, due, id)
   local d = tonumber(due)
   local take
-  if t[6] and tonumber(t[5] or '0') >= tonumber(t[6]) then
+  if t.mx and tonumber(t.n or '0') >= tonumber(t.mx) then
     take = false
   elseif d < missed_before then
-    take = missed_fires(tkey, t, d, ARGV[7])
+    take = missed_fires(t, d, ARGV[7])
   else
     take = true
   end
   if take then
-    redis.call('HINCRBY', tkey, 'n', 1)
-  elseif t[9] == due then
+    t.n = string.format('%d', tonumber(t.n or '0') + 1)
+    rec_put(id, t)
+  elseif t.fin == due then
     -- The last occurrence of the schedule was dropped: nothing more will fire.
-    complete(tkey, id, ARGV[8], KEYS[4], KEYS[5], KEYS[7])
+    complete(t, id, KEYS[4], KEYS[5], KEYS[7])
+  elseif t.lf then
+    rec_put(id, t)
   end
   return take
+end
+
+-- The in-flight member of slice member `member` of minute `m` when it fires, else nil.
+local function take(member, m)
+  if string.byte(member, 1) ~= 1 then
+    local t = rec_get(member)
+    if t and t.st == 'scheduled' and t.k ~= 'c' and t.due and tonumber(t.due) <= upto and
+        math.floor(tonumber(t.due) / 60000) == tonumber(m) then
+      return t.v .. ':' .. t.due .. ':' .. member, t
+    end
+    return nil
+  end
+  local c1 = string.find(member, ':', 2, true)
+  local c2 = string.find(member, ':', c1 + 1, true)
+  local ver = string.sub(member, 2, c1 - 1)
+  local due = string.sub(member, c1 + 1, c2 - 1)
+  local id = string.sub(member, c2 + 1)
+  local t = rec_get(id)
+  if t and t.v == ver and t.st == 'scheduled' and t.k == 'c' and cron_take(t, due, id) then
+    return string.sub(member, 2), t
+  end
+  return nil
 end
 
 local minutes = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', math.floor(upto / 60000))
 for _, m in ipairs(minutes) do
   local skey = ARGV[4] .. m
-  local items = redis.call('ZRANGEBYSCORE', skey, '-inf', ARGV[2], 'LIMIT', 0, limit - n)
+  local items = redis.call('ZRANGEBYSCORE', skey, '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit - n)
   -- One ZREM per slice and one ZADD per call, not one per member (a call from Lua costs
   -- about as much as the work it does).
-  for i = 1, #items, 1000 do
-    redis.call('ZREM', skey, unpack(items, i, math.min(i + 999, #items)))
+  local names = {}
+  for i = 1, #items, 2 do
+    names[#names + 1] = items[i]
   end
-  for _, member in ipairs(items) do
+  for i = 1, #names, 1000 do
+    redis.call('ZREM', skey, unpack(names, i, math.min(i + 999, #names)))
+  end
+  for i = 1, #items, 2 do
     n = n + 1
-    local c1 = string.find(member, ':', 1, true)
-    local c2 = string.find(member, ':', c1 + 1, true)
-    local ver = string.sub(member, 1, c1 - 1)
-    local due = string.sub(member, c1 + 1, c2 - 1)
-    local id = string.sub(member, c2 + 1)
-    local tkey = ARGV[5] .. id
-    local t = redis.call('HMGET', tkey, unpack(TIMER_FIELDS))
-    if t[1] == ver and t[2] == 'scheduled' and (t[4] ~= 'c' or cron_take(tkey, t, due, id)) then
-      flight[#flight + 1] = due
+    local member, t = take(items[i], m)
+    if member then
+      flight[#flight + 1] = items[i + 1]
       flight[#flight + 1] = member
       out[#out + 1] = member
-      out[#out + 1] = t[3]
+      out[#out + 1] = t.d
     end
   end
   if redis.call('EXISTS', skey) == 0 then
@@ -100,4 +127,5 @@ for i = 1, 257 do
   end
   redis.call('ZREM', KEYS[2], first[1])
 end
+rec_flush()
 return out

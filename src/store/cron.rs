@@ -33,7 +33,7 @@ impl Store {
             .arg(epoch)
             .arg(now_ms)
             .arg(limit)
-            .arg(k.timer_prefix());
+            .arg(k.base());
         let reply: Vec<String> = self.listed("cron_due", partition, &inv).await?;
         reply.chunks_exact(4).map(parse_cron_due).collect()
     }
@@ -56,7 +56,7 @@ impl Store {
             .key(k.apps())
             .arg(epoch)
             .arg(k.slice_prefix())
-            .arg(k.timer_prefix())
+            .arg(k.base())
             .arg(self.retention_ms);
         for (due, o) in batch {
             inv.arg(&due.timer_id)

@@ -46,7 +46,7 @@ impl Store {
             .arg(w.upto_ms)
             .arg(w.limit)
             .arg(k.slice_prefix())
-            .arg(k.timer_prefix())
+            .arg(k.base())
             .arg(w.missed_before_ms)
             .arg(w.now_ms)
             .arg(self.retention_ms)
@@ -101,7 +101,7 @@ impl Store {
             .key(k.dirty())
             .key(k.apps())
             .arg(epoch)
-            .arg(k.timer_prefix())
+            .arg(k.base())
             .arg(missed_before_ms)
             .arg(now_ms)
             .arg(self.retention_ms);
@@ -131,7 +131,7 @@ impl Store {
             .key(k.acks())
             .key(k.apps())
             .arg(epoch)
-            .arg(k.timer_prefix())
+            .arg(k.base())
             .arg(self.retention_ms);
         for m in members {
             inv.arg(m);

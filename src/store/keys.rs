@@ -75,11 +75,16 @@ impl Keys {
     pub fn checkpoint(&self) -> String {
         self.key("ckpt")
     }
-    /// Prefix of the timer hashes: the timer id follows.
-    pub fn timer_prefix(&self) -> String {
-        self.key("t:")
+    /// The partition's key prefix, `PREFIX:{topic:p}:`: the scripts that read or write
+    /// timers build the record keys from it (`record.lua`).
+    pub fn base(&self) -> String {
+        self.key("")
     }
-    /// The hash of timer `id`.
+    /// The record buckets' level, split pointer and count (hash, `record.lua`).
+    pub fn record_meta(&self) -> String {
+        self.key("rb")
+    }
+    /// The hash of timer `id` once it is done (a live timer is a field of a bucket).
     pub fn timer(&self, id: &str) -> String {
         format!("{}:t:{id}", self.tag)
     }
@@ -163,7 +168,8 @@ mod tests {
         ] {
             assert!(key.starts_with("kt:{cmds:3}:"), "{key}");
         }
-        assert_eq!(k.timer("a:b"), format!("{}a:b", k.timer_prefix()));
+        assert_eq!(k.timer("a:b"), format!("{}t:a:b", k.base()));
+        assert_eq!(k.record_meta(), format!("{}rb", k.base()));
         assert_eq!(k.slice_prefix(), "kt:{cmds:3}:s:");
     }
 }

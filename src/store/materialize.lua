@@ -1,7 +1,8 @@
 -- Materialises cron occurrences computed by the migrator into the minute slices.
 -- KEYS: 1 epoch, 2 slice index, 3 cron index, 4 in-flight set, 5 dirty set, 6 live
 --       timers per application
--- ARGV: 1 expected epoch, 2 slice key prefix, 3 timer key prefix, 4 retention ms,
+-- ARGV: 1 expected epoch, 2 slice key prefix, 3 the partition's key prefix (record.lua),
+--       4 retention ms,
 --       then per timer: id, version, materialised through ms, next materialisation ms
 --       ('' when the schedule is exhausted), number of occurrences k, k occurrences
 -- Returns the number of timers extended, or -1 when fenced.
@@ -12,47 +13,46 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
+rec_init(ARGV[3], ARGV[4])
 local extended = 0
 local i = 5
 while i <= #ARGV do
   local id, ver, covered, refill, k = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], tonumber(ARGV[i + 4])
   local first = i + 5
   i = first + k
-  local tkey = ARGV[3] .. id
-  local t = redis.call('HMGET', tkey, 'v', 'st', 'lst')
-  if t[1] == ver and t[2] == 'scheduled' then
-    local last = t[3]
+  local t = rec_get(id)
+  if t and t.v == ver and t.st == 'scheduled' then
+    local last = t.lst
     for j = first, first + k - 1 do
       local d = ARGV[j]
       local minute = math.floor(tonumber(d) / 60000)
-      redis.call('ZADD', ARGV[2] .. minute, d, ver .. ':' .. d .. ':' .. id)
+      redis.call('ZADD', ARGV[2] .. minute, d, slice_member('c', ver, d, id))
       redis.call('ZADD', KEYS[2], minute, minute)
       last = d
     end
-    if k > 0 and redis.call('HEXISTS', tkey, 'due') == 0 then
-      redis.call('HSET', tkey, 'due', ARGV[first])
+    if k > 0 and not t.due then
+      t.due = ARGV[first]
     end
-    redis.call('HSET', tkey, 'hz', covered)
-    if last then
-      redis.call('HSET', tkey, 'lst', last)
-    end
+    t.hz, t.lst = covered, last
     if refill ~= '' then
       redis.call('ZADD', KEYS[3], refill, id)
+      rec_put(id, t)
     else
       redis.call('ZREM', KEYS[3], id)
-      local member = last and (ver .. ':' .. last .. ':' .. id)
-      local pending = member and (
-        redis.call('ZSCORE', ARGV[2] .. math.floor(tonumber(last) / 60000), member)
-        or redis.call('ZSCORE', KEYS[4], member))
+      local pending = last and (
+        redis.call('ZSCORE', ARGV[2] .. math.floor(tonumber(last) / 60000), slice_member('c', ver, last, id))
+        or redis.call('ZSCORE', KEYS[4], ver .. ':' .. last .. ':' .. id))
       if pending then
-        redis.call('HSET', tkey, 'fin', last)
+        t.fin = last
+        rec_put(id, t)
       else
-        complete(tkey, id, ARGV[4], KEYS[3], KEYS[5], KEYS[6])
+        complete(t, id, KEYS[3], KEYS[5], KEYS[6])
       end
     end
     extended = extended + 1
-  elseif t[2] ~= 'scheduled' then
+  elseif not t or t.st ~= 'scheduled' then
     redis.call('ZREM', KEYS[3], id)
   end
 end
+rec_flush()
 return extended

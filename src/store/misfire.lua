@@ -1,43 +1,50 @@
--- Timer helpers, prepended to apply.lua, claim.lua, recover.lua, ack.lua and
--- materialize.lua (one source for all).
--- `t` holds a timer's fields in this order: v, st, d, k, n, mx, mp, lf, fin, lfd.
-local TIMER_FIELDS = {'v', 'st', 'd', 'k', 'n', 'mx', 'mp', 'lf', 'fin', 'lfd'}
+-- Timer helpers, prepended (after record.lua) to apply.lua, claim.lua, recover.lua,
+-- ack.lua and materialize.lua (one source for all). `t` is a timer's fields (rec_get).
 
 -- Whether a cron occurrence due at `d` that was missed still fires, by the timer's
 -- policy: skip drops it; once fires the first occurrence missed in an outage and drops
 -- the others missed by then (lf: when that late fire was taken, lfd: its due, which
 -- still fires when a new owner re-drives it from the in-flight set); all fires it.
-local function missed_fires(tkey, t, d, now)
-  if t[7] == 'skip' then
+-- Changes `t` (the caller writes it).
+local function missed_fires(t, d, now)
+  if t.mp == 'skip' then
     return false
   end
-  if t[7] == 'once' then
-    if t[10] and d == tonumber(t[10]) then
+  if t.mp == 'once' then
+    if t.lfd and d == tonumber(t.lfd) then
       return true
     end
-    if t[8] and d <= tonumber(t[8]) then
+    if t.lf and d <= tonumber(t.lf) then
       return false
     end
-    redis.call('HSET', tkey, 'lf', now, 'lfd', d)
+    t.lf, t.lfd = now, string.format('%d', d)
   end
   return true
 end
 
 -- A live timer (scheduled or paused) is done: one fewer for its application (`apps`,
 -- the partition's per-application count of live timers).
-local function done(tkey, apps)
-  local app = redis.call('HGET', tkey, 'a')
-  if app then
-    redis.call('HINCRBY', apps, app, -1)
+local function done(t, apps)
+  if t.a then
+    redis.call('HINCRBY', apps, t.a, -1)
   end
 end
 
 -- No occurrence of the live timer will fire any more (the next checkpoint writes its
--- tombstone: `dirty` is the partition's dirty set).
-local function complete(tkey, id, retention, cron_index, dirty, apps)
-  done(tkey, apps)
+-- tombstone: `dirty` is the partition's dirty set). Writes the timer.
+local function complete(t, id, cron_index, dirty, apps)
+  done(t, apps)
   redis.call('ZADD', dirty, 'NX', 'inf', id)
-  redis.call('HSET', tkey, 'st', 'completed')
-  redis.call('PEXPIRE', tkey, retention)
+  t.st = 'completed'
+  rec_put(id, t)
   redis.call('ZREM', cron_index, id)
+end
+
+-- The minute slice member of a fire: a one-shot timer's id (it has one pending fire),
+-- or, for a cron occurrence, "\1version:due:id" (ids hold no control characters).
+local function slice_member(kind, v, due, id)
+  if kind == 'c' then
+    return '\1' .. v .. ':' .. due .. ':' .. id
+  end
+  return id
 end

@@ -6,10 +6,12 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `PREFIX:{topic:p}:t:ID` | hash | timer `ID`, fields in [`keys::field`]: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired; dead letters: `dl` count, `dlr` last due, `dlx` last reason |
-//! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute: member `version:due:id`, score due ms |
+//! | `PREFIX:{topic:p}:r:B` | hash | live (scheduled or paused) timers whose id hashes to bucket `B`: field the id, value its fields packed with MessagePack (`record.lua`); buckets split by linear hashing as timers are added, so each stays small enough for Redis's compact encoding |
+//! | `PREFIX:{topic:p}:rb` | hash | the buckets' level `L`, split pointer `s` and live record count `n` |
+//! | `PREFIX:{topic:p}:t:ID` | hash | timer `ID` once done (fired, cancelled, completed, dead-lettered), expiring after the retention; fields in [`keys::field`]: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired; dead letters: `dl` count, `dlr` last due, `dlx` last reason |
+//! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute, score due ms: member the id of a one-shot timer, `\x01version:due:id` for a cron occurrence |
 //! | `PREFIX:{topic:p}:idx` | zset | the minutes whose slice is not empty |
-//! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker |
+//! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker: member `version:due:id` |
 //! | `PREFIX:{topic:p}:cron` | zset | scheduled cron timers, scored by when their window must be extended |
 //! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset handled (written with every apply); behind the committed offset means Redis lost data |
 //! | `PREFIX:{topic:p}:epoch` | string | moved by each new owner past every earlier epoch; every script checks it (fencing) |
@@ -33,6 +35,7 @@ mod epoch;
 mod fires;
 pub mod keys;
 mod state;
+pub mod tune;
 mod view;
 
 pub use apply::Mark;
@@ -99,8 +102,15 @@ impl StoreError {
     }
 }
 
-/// Timer helpers (misfire planning, completion), prepended to the scripts that use them.
-const MISFIRE: &str = include_str!("misfire.lua");
+/// Timer records (`record.lua`: where a timer lives, its packing, the buckets' growth)
+/// and timer helpers (`misfire.lua`: misfire planning, completion), prepended to every
+/// script that reads or writes timers.
+const PRELUDE: [&str; 2] = [include_str!("record.lua"), include_str!("misfire.lua")];
+
+/// `code` with the prelude before it.
+fn with_prelude(code: &str) -> String {
+    [PRELUDE[0], PRELUDE[1], code].concat()
+}
 
 /// A script with its source (to load it into every primary of a cluster).
 struct Lua {
@@ -137,26 +147,28 @@ struct Scripts {
     checkpoint: Lua,
     checkpointed: Lua,
     restore: Lua,
+    read: Lua,
 }
 
 impl Scripts {
     fn new() -> Scripts {
         Scripts {
-            apply: Lua::new(&[MISFIRE, include_str!("apply.lua")].concat()),
+            apply: Lua::new(&with_prelude(include_str!("apply.lua"))),
             mark: Lua::new(include_str!("mark.lua")),
-            claim: Lua::new(&[MISFIRE, include_str!("claim.lua")].concat()),
-            ack: Lua::new(&[MISFIRE, include_str!("ack.lua")].concat()),
-            recover: Lua::new(&[MISFIRE, include_str!("recover.lua")].concat()),
-            cron_due: Lua::new(include_str!("cron_due.lua")),
-            materialize: Lua::new(&[MISFIRE, include_str!("materialize.lua")].concat()),
+            claim: Lua::new(&with_prelude(include_str!("claim.lua"))),
+            ack: Lua::new(&with_prelude(include_str!("ack.lua"))),
+            recover: Lua::new(&with_prelude(include_str!("recover.lua"))),
+            cron_due: Lua::new(&with_prelude(include_str!("cron_due.lua"))),
+            materialize: Lua::new(&with_prelude(include_str!("materialize.lua"))),
             acquire: Lua::new(include_str!("acquire.lua")),
-            checkpoint: Lua::new(include_str!("checkpoint.lua")),
+            checkpoint: Lua::new(&with_prelude(include_str!("checkpoint.lua"))),
             checkpointed: Lua::new(include_str!("checkpointed.lua")),
-            restore: Lua::new(include_str!("restore.lua")),
+            restore: Lua::new(&with_prelude(include_str!("restore.lua"))),
+            read: Lua::new(&with_prelude(include_str!("read.lua"))),
         }
     }
 
-    fn all(&self) -> [&Lua; 11] {
+    fn all(&self) -> [&Lua; 12] {
         [
             &self.apply,
             &self.mark,
@@ -169,6 +181,7 @@ impl Scripts {
             &self.checkpoint,
             &self.checkpointed,
             &self.restore,
+            &self.read,
         ]
     }
 }

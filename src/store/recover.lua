@@ -4,12 +4,13 @@
 -- misfire policy drops (misfire.lua, prepended). Members no longer in flight (acknowledged
 -- since the scan) are skipped.
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 live timers per application
--- ARGV: 1 expected epoch, 2 timer key prefix, 3 occurrences due before this ms were
+-- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 occurrences due before this ms were
 --       missed, 4 now ms, 5 retention ms, 6.. members
 -- Returns {member, definition, ...}, or {'fenced'}.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
+rec_init(ARGV[2], ARGV[5])
 local missed_before = tonumber(ARGV[3])
 local out = {}
 for i = 6, #ARGV do
@@ -19,24 +20,26 @@ for i = 6, #ARGV do
     local c2 = string.find(member, ':', c1 + 1, true)
     local due = string.sub(member, c1 + 1, c2 - 1)
     local id = string.sub(member, c2 + 1)
-    local tkey = ARGV[2] .. id
-    local t = redis.call('HMGET', tkey, unpack(TIMER_FIELDS))
+    local t = rec_get(id)
     -- 'completed': the last fire of a cron timer was acknowledged before earlier ones.
-    local keep = t[1] == string.sub(member, 1, c1 - 1) and (t[2] == 'scheduled' or t[2] == 'completed')
-    if keep and t[4] == 'c' and tonumber(due) < missed_before and not missed_fires(tkey, t, tonumber(due), ARGV[4]) then
+    local keep = t and t.v == string.sub(member, 1, c1 - 1) and (t.st == 'scheduled' or t.st == 'completed')
+    if keep and t.k == 'c' and tonumber(due) < missed_before and not missed_fires(t, tonumber(due), ARGV[4]) then
       -- Counted when claimed; it will not fire after all.
-      redis.call('HINCRBY', tkey, 'n', -1)
-      if t[9] == due and t[2] == 'scheduled' then
-        complete(tkey, id, ARGV[5], KEYS[3], KEYS[4], KEYS[5])
+      t.n = string.format('%d', tonumber(t.n or '0') - 1)
+      if t.fin == due and t.st == 'scheduled' then
+        complete(t, id, KEYS[3], KEYS[4], KEYS[5])
+      else
+        rec_put(id, t)
       end
       keep = false
     end
     if keep then
       out[#out + 1] = member
-      out[#out + 1] = t[3]
+      out[#out + 1] = t.d
     else
       redis.call('ZREM', KEYS[2], member)
     end
   end
 end
+rec_flush()
 return out

@@ -3,7 +3,8 @@
 -- was acknowledged unless it was listed in flight.
 -- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
 --       6 applied offset, 7 checkpoint sequence, 8 live timers per application
--- ARGV: 1 expected epoch, 2 timer key prefix, 3 slice key prefix, 4 acked through ms,
+-- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix,
+--       4 acked through ms,
 --       5 retention ms, 6 applied offset to record ('' until the last call), 7 checkpoint
 --       sequence to record, then per timer: id, m, m due instants of its in-flight fires,
 --       n, n field/value pairs
@@ -17,12 +18,12 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
+rec_init(ARGV[2], ARGV[5])
 local through = tonumber(ARGV[4])
 local done = 0
 local i = 8
 -- Minutes already in the slice index (one ZADD per minute, not per timer).
 local indexed = {}
-local WANTED = {v = 1, st = 2, k = 3, due = 4, last = 5, a = 6}
 while i <= #ARGV do
   local id = ARGV[i]
   local m = tonumber(ARGV[i + 1])
@@ -30,17 +31,12 @@ while i <= #ARGV do
   local n = tonumber(ARGV[flights + m])
   local first = flights + m + 1
   i = first + 2 * n
-  local tkey = ARGV[2] .. id
-  redis.call('DEL', tkey)
-  redis.call('HSET', tkey, unpack(ARGV, first, first + 2 * n - 1))
-  local t = {}
+  local old = rec_get(id)
+  local t = {_live = old and old._live, _done = old and old._done}
   for j = first, first + 2 * n - 1, 2 do
-    local w = WANTED[ARGV[j]]
-    if w then
-      t[w] = ARGV[j + 1]
-    end
+    t[ARGV[j]] = ARGV[j + 1]
   end
-  local v, st, kind, due = t[1], t[2], t[3], t[4]
+  local v, st, kind, due = t.v, t.st, t.k, t.due
   local latest = through
   for j = flights, flights + m - 1 do
     local d = tonumber(ARGV[j])
@@ -49,29 +45,27 @@ while i <= #ARGV do
   end
   if st == 'scheduled' and kind == 'o' and m == 0 then
     if tonumber(due) <= through then
-      redis.call('HSET', tkey, 'st', 'fired')
-      redis.call('PEXPIRE', tkey, ARGV[5])
+      t.st = 'fired'
       redis.call('ZADD', KEYS[5], 'NX', 'inf', id)
     else
       local minute = math.floor(tonumber(due) / 60000)
-      redis.call('ZADD', ARGV[3] .. minute, due, v .. ':' .. due .. ':' .. id)
+      redis.call('ZADD', ARGV[3] .. minute, due, slice_member('o', v, due, id))
       if not indexed[minute] then
         redis.call('ZADD', KEYS[2], minute, minute)
         indexed[minute] = true
       end
     end
   elseif st == 'scheduled' and kind == 'c' then
-    if t[5] then
-      latest = math.max(latest, tonumber(t[5]))
+    if t.last then
+      latest = math.max(latest, tonumber(t.last))
     end
-    redis.call('HSET', tkey, 'hz', latest)
-    redis.call('HDEL', tkey, 'lst', 'fin')
+    t.hz = string.format('%d', latest)
+    t.lst, t.fin = nil, nil
     redis.call('ZADD', KEYS[4], 0, id)
-  elseif st ~= 'scheduled' and st ~= 'paused' then
-    redis.call('PEXPIRE', tkey, ARGV[5])
   end
-  if t[6] and redis.call('HGET', tkey, 'st') ~= 'fired' and (st == 'scheduled' or st == 'paused') then
-    redis.call('HINCRBY', KEYS[8], t[6], 1)
+  rec_put(id, t)
+  if t.a and t.st ~= 'fired' and (st == 'scheduled' or st == 'paused') then
+    redis.call('HINCRBY', KEYS[8], t.a, 1)
   end
   done = done + 1
 end
@@ -79,4 +73,5 @@ if ARGV[6] ~= '' then
   redis.call('SET', KEYS[6], ARGV[6])
   redis.call('SET', KEYS[7], ARGV[7])
 end
+rec_flush()
 return done

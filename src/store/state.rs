@@ -69,7 +69,7 @@ impl Store {
             .key(k.acks())
             .key(k.checkpoint())
             .arg(epoch)
-            .arg(k.timer_prefix())
+            .arg(k.base())
             .arg(k.slice_prefix())
             .arg(now_ms)
             .arg(max_timers)
@@ -126,7 +126,7 @@ impl Store {
             .key(k.checkpoint())
             .key(k.apps())
             .arg(epoch)
-            .arg(k.timer_prefix())
+            .arg(k.base())
             .arg(k.slice_prefix())
             .arg(acked_through_ms)
             .arg(self.retention_ms);

@@ -94,10 +94,12 @@ impl Store {
         partition: i32,
         timer_id: &str,
     ) -> Result<Option<TimerView>, StoreError> {
-        let fields: HashMap<String, Vec<u8>> = redis::cmd("HGETALL")
-            .arg(self.keys(partition).timer(timer_id))
-            .query_async(&mut self.conn.clone())
-            .await?;
+        let k = self.keys(partition);
+        let mut inv = self.scripts.read.prepare_invoke();
+        inv.key(k.record_meta()).arg(k.base()).arg(timer_id);
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (fields,): (HashMap<String, Vec<u8>>,) = self.run("read", &p).await?;
         Ok(TimerView::from_fields(&fields))
     }
 
