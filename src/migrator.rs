@@ -1,4 +1,7 @@
-//! The migrator: one task per owned partition that keeps cron occurrences materialised.
+//! The migrator: one task per owned partition that keeps cron occurrences materialised
+//! and promotes the one-shot timers due in the next [`PROMOTE_AHEAD_MS`] from the compact
+//! record buckets to keys of their own (the fire path then reads and writes each fire's
+//! record with one call; see `store/record.lua`).
 //!
 //! Cron timers are expanded into the minute slices for a window ahead (`--cron-window-ms`,
 //! at most `--cron-max-per-pass` occurrences per timer per pass). The cron index scores
@@ -26,6 +29,10 @@ use tokio::sync::Notify;
 const BATCH: usize = 200;
 /// Longest sleep between two looks at the cron index.
 const IDLE: Duration = Duration::from_secs(1);
+/// One-shot timers due within this are promoted out of the record buckets.
+pub const PROMOTE_AHEAD_MS: i64 = 60_000;
+/// Most slice members one promotion call looks at (a few ms of Redis).
+const PROMOTE_BUDGET: usize = 1_000;
 
 /// Migrator tuning.
 #[derive(Debug, Clone, Copy)]
@@ -125,9 +132,24 @@ impl Migrator {
         }
     }
 
-    /// Extends the windows that are due; `true` when there may be more right away.
+    /// Promotes the timers due soon and extends the cron windows that are due; `true`
+    /// when there may be more right away.
     async fn step(&self) -> Result<bool, StoreError> {
         let now = self.clock.now_ms();
+        let more = self
+            .store
+            .promote(
+                self.partition,
+                self.epoch,
+                now + PROMOTE_AHEAD_MS,
+                PROMOTE_BUDGET,
+            )
+            .await?;
+        Ok(self.extend(now).await? || more)
+    }
+
+    /// Extends the cron windows that are due; `true` when there may be more.
+    async fn extend(&self, now: i64) -> Result<bool, StoreError> {
         let due = self
             .store
             .cron_due(self.partition, self.epoch, now, BATCH)

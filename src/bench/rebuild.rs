@@ -5,7 +5,7 @@
 
 use super::observe::Progress;
 use super::setup::Env;
-use crate::store::Keys;
+use crate::store::{Keys, Store};
 use anyhow::Context;
 use redis::AsyncCommands;
 use serde::Serialize;
@@ -23,6 +23,31 @@ pub struct RebuildReport {
     pub elapsed_ms: u64,
     /// Restored timers per second.
     pub per_s: f64,
+}
+
+/// Waits until the state topic holds every change to the timers of the started
+/// instances (`partitions` partitions), at most `limit`.
+pub async fn checkpointed(env: &Env, partitions: i32, limit: Duration) -> anyhow::Result<()> {
+    let prefix = env
+        .prefix
+        .as_deref()
+        .context("the checkpoints are watched on instances the bench starts")?;
+    let store = Store::connect(&env.redis_url, prefix, &env.kafka.commands_topic, 0).await?;
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut left = 0;
+        for p in 0..partitions {
+            left += store.unwritten(p).await?;
+        }
+        if left == 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "checkpoints did not catch up in {limit:?} ({left} timers unwritten)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Waits for the checkpoints, empties Redis, and measures the rebuild of `timers`.
@@ -46,22 +71,7 @@ pub async fn rebuild_phase(
     let mut c = client.get_multiplexed_async_connection().await?;
     progress.phase("rebuild", timers);
     // Every change written to the state topic, then one more checkpoint.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let mut p = redis::pipe();
-        for k in &keys {
-            p.zcard(k.dirty()).scard(k.pending());
-        }
-        let left: Vec<usize> = p.query_async(&mut c).await?;
-        if left.iter().all(|&n| n == 0) {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "checkpoints did not catch up in 120 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    checkpointed(env, partitions, Duration::from_secs(120)).await?;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let started = Instant::now();
     let _: () = redis::cmd("FLUSHDB")

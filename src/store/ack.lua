@@ -20,11 +20,12 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-rec_init(ARGV[2], ARGV[3])
+rec_init(ARGV[2], ARGV[3], KEYS[8])
 redis.call('INCR', KEYS[7])
 local n = 0
--- Members to remove from the in-flight set, removed together at the end.
-local gone = {}
+-- Members to remove from the in-flight set, timers to add to the dirty set and to
+-- remove from the deferred sets: each list written in one call at the end.
+local gone, dirty, undefer = {}, {}, {}
 for i = 4, #ARGV do
   local member, reason = ARGV[i], nil
   if string.sub(member, 1, 1) == '!' then
@@ -37,26 +38,43 @@ for i = 4, #ARGV do
   local c2 = string.find(member, ':', c1 + 1, true)
   local due = string.sub(member, c1 + 1, c2 - 1)
   local id = string.sub(member, c2 + 1)
-  local t = rec_get(id)
+  local ver = tonumber(string.sub(member, 1, c1 - 1))
+  local a, where, h = rec_raw(id)
+  if a and not reason and not a[REC_K] and a[REC_ST] == 1 and a[REC_V] == ver then
+    -- A one-shot timer delivered (the hot path): fired, without a field table.
+    if a[REC_P] then
+      dirty[#dirty + 1] = 'inf'
+      dirty[#dirty + 1] = id
+    else
+      undefer[#undefer + 1] = id
+    end
+    local app = a[REC_A] or rec_app_of(a[REC_D])
+    if app then
+      rec_live_move(app, -1)
+    end
+    rec_done_raw(id, a, where, h, 'fired')
+    a = nil
+  end
+  local t = a and rec_get(id)
   if t and t.v == string.sub(member, 1, c1 - 1) and t.st == 'scheduled' then
     if t.p or t.k == 'c' then
-      redis.call('ZADD', KEYS[4], 'NX', 'inf', id)
+      dirty[#dirty + 1] = 'inf'
+      dirty[#dirty + 1] = id
     else
-      redis.call('ZREM', KEYS[5], id)
-      redis.call('ZREM', KEYS[6], id)
+      undefer[#undefer + 1] = id
     end
     if reason then
       t.dl = string.format('%d', tonumber(t.dl or '0') + 1)
       t.dlr, t.dlx = due, reason
     end
     if t.k ~= 'c' then
-      done(t, KEYS[8])
+      done(t)
       t.st = reason and 'dead_lettered' or 'fired'
       rec_put(id, t)
     else
       t.last = due
       if t.fin == due or (t.mx and tonumber(t.n or '0') >= tonumber(t.mx)) then
-        complete(t, id, KEYS[3], KEYS[4], KEYS[8])
+        complete(t, id, KEYS[3], KEYS[4])
       else
         rec_put(id, t)
       end
@@ -65,6 +83,13 @@ for i = 4, #ARGV do
 end
 for i = 1, #gone, 1000 do
   n = n + redis.call('ZREM', KEYS[2], unpack(gone, i, math.min(i + 999, #gone)))
+end
+for i = 1, #dirty, 1000 do
+  redis.call('ZADD', KEYS[4], 'NX', unpack(dirty, i, math.min(i + 999, #dirty)))
+end
+for i = 1, #undefer, 1000 do
+  redis.call('ZREM', KEYS[5], unpack(undefer, i, math.min(i + 999, #undefer)))
+  redis.call('ZREM', KEYS[6], unpack(undefer, i, math.min(i + 999, #undefer)))
 end
 rec_flush()
 return n

@@ -39,14 +39,16 @@
 --   completed, never left scheduled with nothing to fire;
 -- * every timer an accepted command changed is in the dirty set, so the next checkpoint
 --   writes its state to the state topic; a new one-shot timer due within the defer time
---   goes straight to the deferred sets instead (checkpoint.lua).
+--   goes straight to the deferred sets instead (checkpoint.lua);
+-- * a live timer in the dirty set carries p (its state is owed to the state topic, and
+--   then a tombstone when it ends): set here, so a checkpoint never rewrites the record.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
 if tonumber(redis.call('GET', KEYS[2]) or '-1') < tonumber(ARGV[4]) then
   return {'fenced'}
 end
-rec_init(ARGV[7], ARGV[2])
+rec_init(ARGV[7], ARGV[2], KEYS[9])
 local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1}
 local out = {}
 local top = -1
@@ -55,8 +57,6 @@ local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
 local deferred = false
 -- Minutes entered in the slice index by this call (one ZADD per minute).
 local indexed = {}
--- Per application, how its live count moves (one HINCRBY each at the end).
-local live_delta = {}
 
 local function slice_add(d, member)
   local minute = math.floor(tonumber(d) / 60000)
@@ -74,11 +74,6 @@ local function slice_remove(d, member)
     redis.call('ZREM', KEYS[3], minute)
     indexed[minute] = nil
   end
-end
-
--- The live count of `app`, with this call's changes.
-local function live_count(app)
-  return tonumber(redis.call('HGET', KEYS[9], app) or '0') + (live_delta[app] or 0)
 end
 
 -- Whether a cron timer has fired as often as it may.
@@ -104,7 +99,7 @@ local function install(t, a, id, off, live)
   t.fin, t.lst = nil, nil
   t.mx = ARGV[a + 9] ~= '' and ARGV[a + 9] or nil
   if fired_out(t) then
-    complete(t, id, KEYS[5], KEYS[6], KEYS[9])
+    complete(t, id, KEYS[5], KEYS[6])
     return
   end
   if live then
@@ -132,7 +127,7 @@ local function apply_one(a)
   if noff > top then
     top = noff
   end
-  local t = rec_get(id)
+  local t, h = rec_get(id)
   if not OPS[op] then
     return 'rejected', 'unknown operation ' .. op, t
   end
@@ -160,27 +155,29 @@ local function apply_one(a)
       return 'rejected', 'a timer with this id is ' .. st .. '; update or cancel it first', t
     end
     local most = ARGV[a + 14]
-    if most ~= '' and live_count(app) >= tonumber(most) then
+    if most ~= '' and rec_live_count(app) >= tonumber(most) then
       return 'rejected', 'pending timer limit: the application has ' .. most ..
         ' timers not yet done in this partition', t
     end
-    live_delta[app] = (live_delta[app] or 0) + 1
+    rec_live_move(app, 1)
     -- A timer whose state was written keeps owing its record (field p).
     local fresh = {v = off, st = 'scheduled', rq = rq_arg, d = ARGV[a + 6], a = app,
-      p = t and t.p, _done = t and t._done}
+      p = t and t.p, _done = t and t._done, _h = h}
     local due_arg = ARGV[a + 5]
     if ARGV[a + 4] == 'o' then
       -- The common case: a new one-shot timer.
       fresh.k, fresh.due = 'o', due_arg
-      rec_put(id, fresh)
-      slice_add(due_arg, id)
       if not fresh.p and tonumber(due_arg) <= soon then
         redis.call('ZADD', KEYS[7], due_arg, id)
         redis.call('ZADD', KEYS[8], 'LT', off, id)
         deferred = true
+      else
+        fresh.p = '1'
       end
+      rec_put(id, fresh)
+      slice_add(due_arg, id)
     else
-      fresh.n = '0'
+      fresh.n, fresh.p = '0', '1'
       install(fresh, a, id, off, true)
     end
     return 'accepted', '', fresh
@@ -206,6 +203,10 @@ local function apply_one(a)
     redis.call('ZREM', KEYS[4], v .. ':' .. t.due .. ':' .. id)
   end
   t.v, t.rq = off, rq_arg
+  if op ~= 'cancel' then
+    -- It goes to the dirty set: its state is written by the next checkpoint.
+    t.p = '1'
+  end
   if op == 'update' then
     if ARGV[a + 6] ~= '' then
       t.d = ARGV[a + 6]
@@ -221,7 +222,7 @@ local function apply_one(a)
   elseif op == 'resume' then
     t.st = 'scheduled'
     if t.k == 'c' and fired_out(t) then
-      complete(t, id, KEYS[5], KEYS[6], KEYS[9])
+      complete(t, id, KEYS[5], KEYS[6])
       return 'accepted', 'the timer has fired max_fires times: completed', t
     elseif t.k == 'c' then
       -- Occurrences from the resume on; the migrator materialises them at once.
@@ -233,7 +234,7 @@ local function apply_one(a)
     end
     rec_put(id, t)
   elseif op == 'cancel' then
-    done(t, KEYS[9])
+    done(t)
     t.st = 'cancelled'
     redis.call('ZREM', KEYS[5], id)
     rec_put(id, t)
@@ -242,13 +243,16 @@ local function apply_one(a)
 end
 
 local a = 8
+-- (offset, id) pairs for the dirty set, added in one call at the end.
+local dirty = {}
 while a <= #ARGV do
   deferred = false
   local code, reason, t = apply_one(a)
   if code == 'again' then
     code = 'accepted'
   elseif code == 'accepted' and not deferred then
-    redis.call('ZADD', KEYS[6], 'LT', ARGV[a], ARGV[a + 2])
+    dirty[#dirty + 1] = ARGV[a]
+    dirty[#dirty + 1] = ARGV[a + 2]
   end
   t = t or {}
   out[#out + 1] = code
@@ -258,8 +262,8 @@ while a <= #ARGV do
   out[#out + 1] = reason
   a = a + 16 + tonumber(ARGV[a + 15])
 end
-for app, n in pairs(live_delta) do
-  redis.call('HINCRBY', KEYS[9], app, n)
+for i = 1, #dirty, 1000 do
+  redis.call('ZADD', KEYS[6], 'LT', unpack(dirty, i, math.min(i + 999, #dirty)))
 end
 if top > tonumber(redis.call('GET', KEYS[2]) or '-1') then
   redis.call('SET', KEYS[2], top)

@@ -62,16 +62,19 @@ local function answer(id, t)
       t.p = '1'
       rec_put(id, t)
     end
-    local pairs_at = #emit + 2
+    local at = #emit + 2
     emit[#emit + 1] = id
     emit[#emit + 1] = 0
-    for _, f in ipairs(REC_FIELDS) do
-      if t[f] then
+    local n = 0
+    for f, v in pairs(t) do
+      -- Fields only (`_own`, `_h`, ... are rec_get's marks).
+      if string.byte(f, 1) ~= 95 then
         emit[#emit + 1] = f
-        emit[#emit + 1] = t[f]
-        emit[pairs_at] = emit[pairs_at] + 1
+        emit[#emit + 1] = v
+        n = n + 1
       end
     end
+    emit[at] = n
   end
 end
 
@@ -85,9 +88,14 @@ end
 local want = tonumber(ARGV[5]) - #leftover
 if want > 0 then
   local page = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
+  -- The page is the dirty set's first members: removed by rank, in one call.
+  if #page > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #page / 2 - 1)
+  end
+  -- Taken into the pending set together at the end.
+  local taken = {}
   for i = 1, #page, 2 do
     local id, first = page[i], page[i + 1]
-    redis.call('ZREM', KEYS[2], id)
     local t = rec_get(id)
     local f = t or {}
     local due = tonumber(f.due or '0')
@@ -98,10 +106,13 @@ if want > 0 then
       redis.call('ZREM', KEYS[7], id)
       redis.call('ZREM', KEYS[8], id)
       if f.p or not TERMINAL[f.st] then
-        redis.call('SADD', KEYS[3], id)
+        taken[#taken + 1] = id
         answer(id, t)
       end
     end
+  end
+  for j = 1, #taken, 1000 do
+    redis.call('SADD', KEYS[3], unpack(taken, j, math.min(j + 999, #taken)))
   end
 end
 

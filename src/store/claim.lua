@@ -21,7 +21,7 @@ end
 if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
-rec_init(ARGV[5], ARGV[8])
+rec_init(ARGV[5], ARGV[8], KEYS[7])
 local upto = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
@@ -46,20 +46,22 @@ local function cron_take(t, due, id)
     rec_put(id, t)
   elseif t.fin == due then
     -- The last occurrence of the schedule was dropped: nothing more will fire.
-    complete(t, id, KEYS[4], KEYS[5], KEYS[7])
+    complete(t, id, KEYS[4], KEYS[5])
   elseif t.lf then
     rec_put(id, t)
   end
   return take
 end
 
--- The in-flight member of slice member `member` of minute `m` when it fires, else nil.
+-- The in-flight member of slice member `member` of minute `m` and the timer's definition
+-- when it fires, else nil.
 local function take(member, m)
   if string.byte(member, 1) ~= 1 then
-    local t = rec_get(member)
-    if t and t.st == 'scheduled' and t.k ~= 'c' and t.due and tonumber(t.due) <= upto and
-        math.floor(tonumber(t.due) / 60000) == tonumber(m) then
-      return t.v .. ':' .. t.due .. ':' .. member, t
+    -- A one-shot timer: read raw (the hot path).
+    local a = rec_raw(member)
+    local due = a and a[REC_DUE]
+    if due and a[REC_ST] == 1 and not a[REC_K] and due <= upto and math.floor(due / 60000) == tonumber(m) then
+      return a[REC_V] .. ':' .. due .. ':' .. member, a[REC_D]
     end
     return nil
   end
@@ -70,7 +72,7 @@ local function take(member, m)
   local id = string.sub(member, c2 + 1)
   local t = rec_get(id)
   if t and t.v == ver and t.st == 'scheduled' and t.k == 'c' and cron_take(t, due, id) then
-    return string.sub(member, 2), t
+    return string.sub(member, 2), t.d
   end
   return nil
 end
@@ -79,23 +81,20 @@ local minutes = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', math.floor(upto / 6
 for _, m in ipairs(minutes) do
   local skey = ARGV[4] .. m
   local items = redis.call('ZRANGEBYSCORE', skey, '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit - n)
-  -- One ZREM per slice and one ZADD per call, not one per member (a call from Lua costs
-  -- about as much as the work it does).
-  local names = {}
-  for i = 1, #items, 2 do
-    names[#names + 1] = items[i]
-  end
-  for i = 1, #names, 1000 do
-    redis.call('ZREM', skey, unpack(names, i, math.min(i + 999, #names)))
+  -- One removal per slice and one ZADD per call, not one per member (a call from Lua
+  -- costs about as much as the work it does).
+  -- The members read are the slice's first ones: removed by rank, in one call.
+  if #items > 0 then
+    redis.call('ZREMRANGEBYRANK', skey, 0, #items / 2 - 1)
   end
   for i = 1, #items, 2 do
     n = n + 1
-    local member, t = take(items[i], m)
+    local member, def = take(items[i], m)
     if member then
       flight[#flight + 1] = items[i + 1]
       flight[#flight + 1] = member
       out[#out + 1] = member
-      out[#out + 1] = t.d
+      out[#out + 1] = def
     end
   end
   if redis.call('EXISTS', skey) == 0 then

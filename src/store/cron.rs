@@ -1,5 +1,6 @@
-//! The migrator's scripts: which cron windows must be extended (`cron_due.lua`), and
-//! materialising their next occurrences (`materialize.lua`).
+//! The migrator's scripts: which cron windows must be extended (`cron_due.lua`),
+//! materialising their next occurrences (`materialize.lua`), and promoting the one-shot
+//! timers due soon out of the record buckets (`promote.lua`).
 
 use super::{bad_reply, Store, StoreError};
 use crate::schedule::{CronSpec, Occurrences};
@@ -69,6 +70,29 @@ impl Store {
             }
         }
         self.counted("materialize", partition, &inv).await
+    }
+
+    /// Moves the one-shot timers of `partition` due up to `through_ms` from their buckets
+    /// to keys of their own (`promote.lua`), looking at most at `budget` slice members;
+    /// `true` when the budget ran out first (call again).
+    pub async fn promote(
+        &self,
+        partition: i32,
+        epoch: i64,
+        through_ms: i64,
+        budget: usize,
+    ) -> Result<bool, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.promote.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.index())
+            .key(k.record_meta())
+            .arg(epoch)
+            .arg(k.base())
+            .arg(k.slice_prefix())
+            .arg(through_ms)
+            .arg(budget);
+        Ok(self.counted("promote", partition, &inv).await? > 0)
     }
 }
 

@@ -13,7 +13,7 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-rec_init(ARGV[3], ARGV[4])
+rec_init(ARGV[3], ARGV[4], KEYS[6])
 local extended = 0
 local i = 5
 while i <= #ARGV do
@@ -46,7 +46,7 @@ while i <= #ARGV do
         t.fin = last
         rec_put(id, t)
       else
-        complete(t, id, KEYS[3], KEYS[5], KEYS[6])
+        complete(t, id, KEYS[3], KEYS[5])
       end
     end
     extended = extended + 1

@@ -6,9 +6,9 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `PREFIX:{topic:p}:r:B` | hash | live (scheduled or paused) timers whose id hashes to bucket `B`: field the id, value its fields packed with MessagePack (`record.lua`); buckets split by linear hashing as timers are added, so each stays small enough for Redis's compact encoding |
-//! | `PREFIX:{topic:p}:rb` | hash | the buckets' level `L`, split pointer `s` and live record count `n` |
-//! | `PREFIX:{topic:p}:t:ID` | hash | timer `ID` once done (fired, cancelled, completed, dead-lettered), expiring after the retention; fields in [`keys::field`]: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired; dead letters: `dl` count, `dlr` last due, `dlx` last reason |
+//! | `PREFIX:{topic:p}:r:B` | hash | scheduled one-shot timers due after the promoted minute whose id hashes to bucket `B`: field the id, value the timer's fields packed with MessagePack (`record.lua`); buckets split by linear hashing as timers are added, so each stays small enough for Redis's compact encoding |
+//! | `PREFIX:{topic:p}:rb` | hash | the buckets' level `L`, split pointer `s` and record count `n`; the promoted minute `pm` and its cursor `pc` (`promote.lua`) |
+//! | `PREFIX:{topic:p}:t:ID` | string | every other timer, packed the same way: one-shot timers due soon (promoted ahead by the migrator), cron and paused timers, and done ones (fired, cancelled, completed, dead-lettered), which expire after the retention; fields in [`keys::field`]: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired; dead letters: `dl` count, `dlr` last due, `dlx` last reason |
 //! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute, score due ms: member the id of a one-shot timer, `\x01version:due:id` for a cron occurrence |
 //! | `PREFIX:{topic:p}:idx` | zset | the minutes whose slice is not empty |
 //! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker: member `version:due:id` |
@@ -148,6 +148,7 @@ struct Scripts {
     checkpointed: Lua,
     restore: Lua,
     read: Lua,
+    promote: Lua,
 }
 
 impl Scripts {
@@ -165,10 +166,11 @@ impl Scripts {
             checkpointed: Lua::new(include_str!("checkpointed.lua")),
             restore: Lua::new(&with_prelude(include_str!("restore.lua"))),
             read: Lua::new(&with_prelude(include_str!("read.lua"))),
+            promote: Lua::new(&with_prelude(include_str!("promote.lua"))),
         }
     }
 
-    fn all(&self) -> [&Lua; 12] {
+    fn all(&self) -> [&Lua; 13] {
         [
             &self.apply,
             &self.mark,
@@ -182,6 +184,7 @@ impl Scripts {
             &self.checkpointed,
             &self.restore,
             &self.read,
+            &self.promote,
         ]
     }
 }

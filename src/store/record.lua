@@ -1,24 +1,28 @@
 -- Timer records, prepended to every script that reads or writes timers (one source).
--- A live timer (scheduled or paused) is one field of a bucket hash `BASE r:B` (field: the
--- timer id; value: its fields packed with cmsgpack in the order of REC_FIELDS), so a
--- pending timer costs a few dozen bytes instead of a key of its own. Buckets grow by
--- linear hashing (`BASE rb`: level L, split pointer s, live records n): on average a
--- bucket holds at most 2 * REC_LOAD records, few enough for Redis's compact (listpack)
--- hash encoding. A timer that is done (fired, cancelled, completed, dead_lettered) is a
--- hash of its own, `BASE t:ID`, with the same fields, expiring after the retention: a
--- look-up and the duplicate check still find it.
+-- A record is a timer's fields packed with cmsgpack in the order of REC_FIELDS (rec_pack).
+-- Where it lives:
+-- * a live (scheduled) one-shot timer due after the promoted minute (meta `pm`) is one
+--   field of a bucket hash `BASE r:B` (field: the timer id), so a timer pending for hours
+--   costs a few dozen bytes instead of a key of its own. Buckets grow by linear hashing
+--   (`BASE rb`: level L, split pointer s, bucket records n): on average a bucket holds
+--   at most 2 * REC_LOAD records, few enough for Redis's compact (listpack) encoding;
+-- * every other timer is a string key of its own, `BASE t:ID`: one-shot timers due
+--   soon, cron timers, paused timers, and done timers (fired, cancelled, completed,
+--   dead_lettered; these expire after the retention: a look-up and the duplicate check
+--   still find them). The fire path reads and writes these with one call each;
+-- * promote.lua moves the records of the next minutes from their buckets to their own
+--   keys ahead of time and advances `pm` (pc: its cursor in the next minute's slice).
 -- Invariants:
--- * a timer is in one place at a time: its bucket while live, its own hash once done;
--- * a record's bucket is bucket_of(id) under the meta in Redis: a split writes the meta
---   in the same step that moves the records;
--- * rec_get answers the fields as strings, as HMGET would (integers in decimal).
--- Every script that calls rec_put calls rec_flush before it returns (the record count;
--- should it be lost, only the next split comes later).
+-- * a timer is in one place at a time (rec_put moves it);
+-- * a record's bucket is the bucket of its id's hash under the meta in Redis: a split
+--   writes the meta in the same step that moves the records;
+-- * the placement is a matter of cost only: rec_get and rec_raw look in both places;
+-- * rec_get answers the fields as strings, as HMGET would (integers in decimal);
+-- * the partition's live count per application (`apps` hash) moves with rec_live_move
+--   and is written by rec_flush.
+-- Every script that calls rec_put or rec_live_move calls rec_flush before it returns.
 local REC_FIELDS = {'v', 'st', 'rq', 'k', 'due', 'a', 'd', 'p', 'sc', 'mp', 'mx', 'n', 'hz',
   'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx'}
--- Fields packed as integers when they hold one (the others stay strings).
-local REC_NUMERIC = {v = true, due = true, p = true, mx = true, n = true, hz = true,
-  lst = true, fin = true, lf = true, lfd = true, last = true, dl = true, dlr = true}
 local REC_STATES = {'scheduled', 'paused', 'fired', 'cancelled', 'completed', 'dead_lettered'}
 local REC_STATE_CODE = {}
 for i, s in ipairs(REC_STATES) do
@@ -28,11 +32,24 @@ local REC_LIVE = {scheduled = true, paused = true}
 -- Buckets at level 0, and the records per bucket that make the next split.
 local REC_BUCKETS, REC_LOAD = 8, 40
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
-local REC = {base = nil, retention = nil, meta = nil, counted = false}
+local REC = {base = nil, retention = nil, meta = nil, counted = false, apps = nil, moved = {}}
 
--- Sets the partition (`base`, its key prefix) and the retention of done timers (ms).
-local function rec_init(base, retention)
-  REC.base, REC.retention = base, retention
+-- Sets the partition (`base`, its key prefix), the retention of done timers (ms) and
+-- the key of the live count per application (nil when the script moves none).
+local function rec_init(base, retention, apps)
+  REC.base, REC.retention, REC.apps = base, retention, apps
+  REC.rprefix = base .. 'r:'
+end
+
+-- Application `app` has `n` more live timers (written by rec_flush, in one call per
+-- application).
+local function rec_live_move(app, n)
+  REC.moved[app] = (REC.moved[app] or 0) + n
+end
+
+-- The live timers of `app`, with this call's moves.
+local function rec_live_count(app)
+  return tonumber(redis.call('HGET', REC.apps, app) or '0') + (REC.moved[app] or 0)
 end
 
 local function rec_hash(id)
@@ -41,99 +58,187 @@ end
 
 local function rec_meta()
   if not REC.meta then
-    local m = redis.call('HMGET', REC.base .. 'rb', 'L', 's', 'n')
-    REC.meta = {L = tonumber(m[1] or '0'), s = tonumber(m[2] or '0'), n = tonumber(m[3] or '0')}
+    local m = redis.call('HMGET', REC.base .. 'rb', 'L', 's', 'n', 'pm', 'pc')
+    local L = tonumber(m[1] or '0')
+    REC.meta = {L = L, s = tonumber(m[2] or '0'), n = tonumber(m[3] or '0'),
+      size = REC_BUCKETS * 2 ^ L, pm = tonumber(m[4] or '-1'), pc = tonumber(m[5] or '0')}
   end
   return REC.meta
 end
 
 -- The bucket key of a record whose id hashes to `h`.
 local function rec_bucket(h)
-  local m = rec_meta()
-  local size = REC_BUCKETS * 2 ^ m.L
-  local b = h % size
+  local m = REC.meta or rec_meta()
+  local b = h % m.size
   if b < m.s then
-    b = h % (2 * size)
+    b = h % (2 * m.size)
   end
-  return REC.base .. 'r:' .. string.format('%d', b)
+  return REC.rprefix .. b
 end
 
-local function rec_pack(id, t)
-  local a, last = {}, 0
-  for i, f in ipairs(REC_FIELDS) do
-    local v = t[f]
-    if v == nil then
-      a[i] = false
-    else
-      if f == 'st' then
-        v = REC_STATE_CODE[v] or v
-      elseif f == 'rq' and v == id then
-        v = true
-      elseif REC_NUMERIC[f] then
-        local n = tonumber(v)
-        if n and string.format('%d', n) == tostring(v) and math.abs(n) < 2 ^ 53 then
-          v = n
-        end
-      end
-      a[i] = v
-      last = i
-    end
+-- The application named at the start of a stored definition `d` (schemas/stored_timer.avsc:
+-- its first field, an Avro string: a zigzag varint length, then the bytes); nil if `d` is
+-- not one. A record leaves out an application its definition names (most do).
+local function rec_app_of(d)
+  if not d then
+    return nil
   end
-  for i = last + 1, #REC_FIELDS do
-    a[i] = nil
+  local len, shift, i = 0, 1, 1
+  while true do
+    local b = string.byte(d, i)
+    if not b or i > 4 then
+      return nil
+    end
+    len = len + (b % 128) * shift
+    i = i + 1
+    if b < 128 then
+      break
+    end
+    shift = shift * 128
+  end
+  if len % 2 == 1 then
+    return nil
+  end
+  len = len / 2
+  if i + len - 1 > #d then
+    return nil
+  end
+  return string.sub(d, i, i + len - 1)
+end
+
+-- Packs `t` as a MessagePack array in the order of REC_FIELDS (absent: false; trailing
+-- absent fields left out). The version and the due time are packed as integers (both
+-- are always decimal integers), the state as its index in REC_STATES, a request id equal
+-- to the timer id as true, a one-shot kind and an application its definition names as
+-- absent; the rest as strings. (Table
+-- constructors, not loops: in Lua 5.1 the loop and the table's growth cost more than
+-- the packing.)
+local function rec_pack(id, t)
+  local a = {
+    tonumber(t.v),
+    REC_STATE_CODE[t.st] or t.st,
+    (t.rq == id) or t.rq or false,
+    t.k ~= 'o' and t.k or false,
+    tonumber(t.due) or false,
+    t.a ~= rec_app_of(t.d) and t.a or false,
+    t.d or false,
+    t.p or false,
+    t.sc or false,
+    t.mp or false,
+    t.mx or false,
+    t.n or false,
+    t.hz or false,
+    t.lst or false,
+    t.fin or false,
+    t.lf or false,
+    t.lfd or false,
+    t.last or false,
+    t.dl or false,
+    t.dlr or false,
+    t.dlx or false,
+  }
+  local n = #REC_FIELDS
+  while n > 1 and a[n] == false do
+    a[n] = nil
+    n = n - 1
   end
   return cmsgpack.pack(a)
 end
 
+-- The fields of a packed record (rec_pack), as strings.
 local function rec_unpack(id, s)
   local a = cmsgpack.unpack(s)
-  local t = {}
-  for i, f in ipairs(REC_FIELDS) do
-    local v = a[i]
-    if v ~= nil and v ~= false then
-      if v == true then
-        v = id
-      elseif f == 'st' and type(v) == 'number' then
-        v = REC_STATES[v]
-      elseif type(v) == 'number' then
-        v = string.format('%d', v)
-      end
-      t[f] = v
-    end
-  end
-  return t
+  return {
+    v = string.format('%d', a[1]),
+    st = REC_STATES[a[2]] or a[2],
+    rq = (a[3] == true and id) or a[3] or nil,
+    k = a[4] or 'o',
+    due = a[5] and string.format('%d', a[5]) or nil,
+    a = a[6] or rec_app_of(a[7]),
+    d = a[7] or nil,
+    p = a[8] or nil,
+    sc = a[9] or nil,
+    mp = a[10] or nil,
+    mx = a[11] or nil,
+    n = a[12] or nil,
+    hz = a[13] or nil,
+    lst = a[14] or nil,
+    fin = a[15] or nil,
+    lf = a[16] or nil,
+    lfd = a[17] or nil,
+    last = a[18] or nil,
+    dl = a[19] or nil,
+    dlr = a[20] or nil,
+    dlx = a[21] or nil,
+  }
 end
 
--- The fields of timer `id`, or nil when Redis has none. `_live` marks a record read from
--- its bucket, `_done` one read from its own hash.
+-- Positions in a packed record (rec_pack) read by the fire path's raw access.
+local REC_V, REC_ST, REC_K, REC_DUE, REC_A, REC_D, REC_P = 1, 2, 4, 5, 6, 7, 8
+
+-- The fire path's fast read of timer `id`: its packed array (positions above; the state
+-- as its code, a one-shot kind as false), where it is ('own' or 'bucket') and, from a
+-- bucket, the id's hash; nil when Redis has no record of it. No field table is built.
+local function rec_raw(id)
+  local s = redis.call('GET', REC.base .. 't:' .. id)
+  if s then
+    return cmsgpack.unpack(s), 'own'
+  end
+  local h = rec_hash(id)
+  s = redis.call('HGET', rec_bucket(h), id)
+  if s then
+    return cmsgpack.unpack(s), 'bucket', h
+  end
+  return nil
+end
+
+-- Live timer `id` (raw record `a` found at `where` with hash `h`, rec_raw) is done in
+-- state `st`: its own key, unchanged but for the state, expiring after the retention.
+local function rec_done_raw(id, a, where, h, st)
+  if where == 'bucket' then
+    redis.call('HDEL', rec_bucket(h), id)
+    local m = rec_meta()
+    m.n = m.n - 1
+    REC.counted = true
+  end
+  a[REC_ST] = REC_STATE_CODE[st]
+  redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
+end
+
+-- The fields of timer `id`, or nil when Redis has none. Marks: `_own` (a live timer's
+-- own key), `_done` (a done timer's key), `_bucket` (a bucket field); `_h` caches the
+-- id's hash when it was computed.
 local function rec_get(id)
-  local s = redis.call('HGET', rec_bucket(rec_hash(id)), id)
+  local s = redis.call('GET', REC.base .. 't:' .. id)
   if s then
     local t = rec_unpack(id, s)
-    t._live = true
+    if REC_LIVE[t.st] then
+      t._own = true
+    else
+      t._done = true
+    end
     return t
   end
-  local f = redis.call('HGETALL', REC.base .. 't:' .. id)
-  if #f == 0 then
-    return nil
+  local h = rec_hash(id)
+  s = redis.call('HGET', rec_bucket(h), id)
+  if s then
+    local t = rec_unpack(id, s)
+    t._bucket, t._h = true, h
+    return t
   end
-  local t = {_done = true}
-  for i = 1, #f, 2 do
-    t[f[i]] = f[i + 1]
-  end
-  return t
+  return nil, h
 end
 
 -- Splits the next bucket when the records outgrow the buckets (linear hashing).
 local function rec_split()
   local m = rec_meta()
-  local size = REC_BUCKETS * 2 ^ m.L
+  local size = m.size
   if m.n <= REC_LOAD * (size + m.s) then
     return
   end
   local from = m.s
   local to = from + size
-  local fkey = REC.base .. 'r:' .. string.format('%d', from)
+  local fkey = REC.rprefix .. from
   local all = redis.call('HGETALL', fkey)
   local moved, gone = {}, {}
   for i = 1, #all, 2 do
@@ -144,29 +249,33 @@ local function rec_split()
     end
   end
   if #gone > 0 then
-    redis.call('HSET', REC.base .. 'r:' .. string.format('%d', to), unpack(moved))
+    redis.call('HSET', REC.rprefix .. to, unpack(moved))
     redis.call('HDEL', fkey, unpack(gone))
   end
   m.s = from + 1
   if m.s == size then
-    m.L, m.s = m.L + 1, 0
+    m.L, m.s, m.size = m.L + 1, 0, 2 * size
   end
   redis.call('HSET', REC.base .. 'rb', 'L', m.L, 's', m.s, 'n', m.n)
   REC.counted = false
 end
 
--- Writes timer `id` (fields `t`, strings or integers): into its bucket while live, as a
--- hash of its own expiring after the retention once done.
+-- Writes timer `id` (fields `t`, strings, with rec_get's marks) where it belongs: a
+-- scheduled one-shot timer due after the promoted minute into its bucket, any other into
+-- its own key (a done one expiring after the retention). A new timer carries none of
+-- the marks (`_h` may be given).
 local function rec_put(id, t)
   local tkey = REC.base .. 't:' .. id
-  if REC_LIVE[t.st] then
-    if t._done then
+  if t.st == 'scheduled' and t.k ~= 'c' and t.due and
+      math.floor(tonumber(t.due) / 60000) > rec_meta().pm then
+    t._h = t._h or rec_hash(id)
+    redis.call('HSET', rec_bucket(t._h), id, rec_pack(id, t))
+    if t._own or t._done then
       redis.call('DEL', tkey)
-      t._done = nil
+      t._own, t._done = nil, nil
     end
-    redis.call('HSET', rec_bucket(rec_hash(id)), id, rec_pack(id, t))
-    if not t._live then
-      t._live = true
+    if not t._bucket then
+      t._bucket = true
       local m = rec_meta()
       m.n = m.n + 1
       REC.counted = true
@@ -174,43 +283,32 @@ local function rec_put(id, t)
     end
     return
   end
-  if t._live then
-    redis.call('HDEL', rec_bucket(rec_hash(id)), id)
-    t._live = nil
+  if t._bucket then
+    redis.call('HDEL', rec_bucket(t._h or rec_hash(id)), id)
+    t._bucket = nil
     local m = rec_meta()
     m.n = m.n - 1
     REC.counted = true
   end
-  local args = {}
-  for _, f in ipairs(REC_FIELDS) do
-    if t[f] then
-      args[#args + 1] = f
-      args[#args + 1] = t[f]
-    end
+  if REC_LIVE[t.st] then
+    redis.call('SET', tkey, rec_pack(id, t))
+    t._own, t._done = true, nil
+  else
+    redis.call('SET', tkey, rec_pack(id, t), 'PX', REC.retention)
+    t._own, t._done = nil, true
   end
-  if t._done then
-    redis.call('DEL', tkey)
-  end
-  redis.call('HSET', tkey, unpack(args))
-  redis.call('PEXPIRE', tkey, REC.retention)
-  t._done = true
 end
 
--- Deletes timer `id` wherever it is.
-local function rec_del(id, t)
-  if t and t._live then
-    redis.call('HDEL', rec_bucket(rec_hash(id)), id)
-    local m = rec_meta()
-    m.n = m.n - 1
-    REC.counted = true
-  end
-  redis.call('DEL', REC.base .. 't:' .. id)
-end
-
--- Stores the record count when it moved (call before returning).
+-- Stores the record count and the live counts that moved (call before returning).
 local function rec_flush()
   if REC.counted then
     redis.call('HSET', REC.base .. 'rb', 'n', REC.meta.n)
     REC.counted = false
   end
+  for app, n in pairs(REC.moved) do
+    if n ~= 0 then
+      redis.call('HINCRBY', REC.apps, app, n)
+    end
+  end
+  REC.moved = {}
 end

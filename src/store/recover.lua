@@ -10,7 +10,7 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
-rec_init(ARGV[2], ARGV[5])
+rec_init(ARGV[2], ARGV[5], KEYS[5])
 local missed_before = tonumber(ARGV[3])
 local out = {}
 for i = 6, #ARGV do
@@ -27,7 +27,7 @@ for i = 6, #ARGV do
       -- Counted when claimed; it will not fire after all.
       t.n = string.format('%d', tonumber(t.n or '0') - 1)
       if t.fin == due and t.st == 'scheduled' then
-        complete(t, id, KEYS[3], KEYS[4], KEYS[5])
+        complete(t, id, KEYS[3], KEYS[4])
       else
         rec_put(id, t)
       end

@@ -18,7 +18,7 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-rec_init(ARGV[2], ARGV[5])
+rec_init(ARGV[2], ARGV[5], KEYS[8])
 local through = tonumber(ARGV[4])
 local done = 0
 local i = 8
@@ -32,7 +32,8 @@ while i <= #ARGV do
   local first = flights + m + 1
   i = first + 2 * n
   local old = rec_get(id)
-  local t = {_live = old and old._live, _done = old and old._done}
+  local t = {_bucket = old and old._bucket, _own = old and old._own, _done = old and old._done,
+    _h = old and old._h}
   for j = first, first + 2 * n - 1, 2 do
     t[ARGV[j]] = ARGV[j + 1]
   end
@@ -65,7 +66,7 @@ while i <= #ARGV do
   end
   rec_put(id, t)
   if t.a and t.st ~= 'fired' and (st == 'scheduled' or st == 'paused') then
-    redis.call('HINCRBY', KEYS[8], t.a, 1)
+    rec_live_move(t.a, 1)
   end
   done = done + 1
 end

@@ -47,6 +47,18 @@ pub const DEFER_GRACE_MS: i64 = 5_000;
 const WIPE_PAGE: usize = 1000;
 
 impl Store {
+    /// Timers of `partition` changed since their state was last written (dirty, or in a
+    /// page not confirmed yet): 0 once the state topic has caught up.
+    pub async fn unwritten(&self, partition: i32) -> Result<u64, StoreError> {
+        let k = self.keys(partition);
+        let (dirty, pending): (u64, u64) = redis::pipe()
+            .zcard(k.dirty())
+            .scard(k.pending())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(dirty + pending)
+    }
+
     /// Takes one page of `partition`'s checkpoint at `now_ms`: up to `limits.0` changed
     /// timers and up to `limits.1` in-flight members; fenced when Redis holds a checkpoint
     /// older than `floor`.
