@@ -267,3 +267,89 @@ async fn timers_stay_findable_while_their_buckets_split() {
         .iter()
         .all(|(id, &k)| k == 1 && !ids.iter().step_by(3).any(|c| c == id)));
 }
+
+/// The migrator promotes one-shot timers due within a minute out of the record buckets
+/// into keys of their own (`promote.lua`), a page at a time; a timer created due soon
+/// after that goes straight to its own key; far ones stay in the buckets; all fire once.
+#[tokio::test]
+async fn timers_due_soon_are_promoted_out_of_the_buckets() {
+    let mut w = World::new("promote").await;
+    let near: Vec<String> = (0..500).map(|i| format!("near-{i}")).collect();
+    let far: Vec<String> = (0..500).map(|i| format!("far-{i}")).collect();
+    let mut reqs = Vec::new();
+    for (ids, due) in [(&near, T0 + 30_000), (&far, T0 + 7_200_000)] {
+        for id in ids {
+            reqs.push(w.request(once(id, due), T0));
+        }
+    }
+    w.store.apply(&reqs, &[], T0).await.unwrap();
+    let mut con = redis::Client::open(common::servers().redis_url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let k = w.store.keys(0);
+    let own = |ids: &[String]| -> Vec<String> { ids.iter().map(|id| k.timer(id)).collect() };
+    let probe = con.clone();
+    let count = |n: &str| {
+        let (meta, n) = (k.record_meta(), n.to_string());
+        let mut con = probe.clone();
+        async move {
+            let v: Option<i64> = redis::cmd("HGET")
+                .arg(meta)
+                .arg(n)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            v
+        }
+    };
+    assert_eq!(
+        count("n").await,
+        Some(1_000),
+        "all in buckets before promotion"
+    );
+    let mut calls = 0;
+    while w.store.promote(0, w.epoch, T0 + 60_000, 100).await.unwrap() {
+        calls += 1;
+        assert!(calls < 20, "promotion does not end");
+    }
+    assert!(
+        calls >= 4,
+        "500 members at 100 per call take several calls: {calls}"
+    );
+    let promoted: i64 = redis::cmd("EXISTS")
+        .arg(own(&near))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let stayed: i64 = redis::cmd("EXISTS")
+        .arg(own(&far))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!((promoted, stayed), (500, 0));
+    assert_eq!(count("n").await, Some(500), "the far ones stay in buckets");
+    // Created after the promotion, due soon: its own key at once.
+    w.apply(once("late", T0 + 40_000), T0).await;
+    let late: i64 = redis::cmd("EXISTS")
+        .arg(k.timer("late"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(late, 1);
+    let mut fired = std::collections::BTreeMap::<String, usize>::new();
+    for upto in [T0 + 60_000, T0 + 7_200_000] {
+        loop {
+            let c = w.claim(upto, upto).await;
+            if c.fires.is_empty() {
+                break;
+            }
+            for f in &c.fires {
+                *fired.entry(f.timer_id.clone()).or_default() += 1;
+            }
+        }
+    }
+    assert_eq!(fired.len(), 1_001);
+    assert!(fired.values().all(|&n| n == 1));
+}

@@ -325,6 +325,7 @@ async fn fire_phase(
         fire_lateness_ms: Percentiles::of(&fires.fire_lateness),
         delivery_lateness_ms: Percentiles::of(&fires.delivery_lateness),
         redis_cpu: nodes::cpu_between(&before, &after, fires.unique, elapsed_ms),
+        peak_rss_mb: report::peak_rss_mb(),
     };
     Ok((report, fires))
 }

@@ -111,6 +111,17 @@ pub struct FireReport {
     /// CPU of each Redis primary from the last command answered to the last fire, per
     /// timer fired.
     pub redis_cpu: Vec<NodeCpu>,
+    /// The bench process's peak resident memory (the started instances run in it), MB,
+    /// read from /proc/self/status after the fires (absent elsewhere).
+    pub peak_rss_mb: Option<f64>,
+}
+
+/// The peak resident memory of this process so far (`VmHWM`), MB.
+pub fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some((kb / 1024.0).round())
 }
 
 /// The pass-through baseline.
@@ -284,6 +295,12 @@ impl Report {
             f.fired, f.timers, f.missing, f.early, f.duplicates, f.fire_rate_per_s, f.delivery_rate_per_s
         );
         let _ = writeln!(s, "         Redis CPU per fire: {}", cpu_line(&f.redis_cpu));
+        if let Some(mb) = f.peak_rss_mb {
+            let _ = writeln!(
+                s,
+                "         peak RSS of the bench process (instances included): {mb} MB"
+            );
+        }
         let _ = writeln!(s, "fire lateness      {}", f.fire_lateness_ms.line());
         let _ = writeln!(s, "delivery lateness  {}", f.delivery_lateness_ms.line());
         if let Some(b) = &self.baseline {
