@@ -84,7 +84,7 @@ pub async fn run(
         },
         checkpoint: CheckpointConfig {
             interval: Duration::from_millis(args.checkpoint_interval_ms),
-            page: 5_000,
+            page: crate::state::checkpoint::PAGE,
             in_flight: 1_000,
             clock: Clock::System,
         },
