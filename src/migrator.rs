@@ -30,7 +30,7 @@ const BATCH: usize = 200;
 /// Longest sleep between two looks at the cron index.
 const IDLE: Duration = Duration::from_secs(1);
 /// One-shot timers due within this are promoted out of the record buckets.
-pub const PROMOTE_AHEAD_MS: i64 = 60_000;
+pub const PROMOTE_AHEAD_MS: i64 = 120_000;
 /// Most slice members one promotion call looks at (a few ms of Redis).
 const PROMOTE_BUDGET: usize = 1_000;
 

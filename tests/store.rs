@@ -330,6 +330,16 @@ async fn timers_due_soon_are_promoted_out_of_the_buckets() {
         .unwrap();
     assert_eq!((promoted, stayed), (500, 0));
     assert_eq!(count("n").await, Some(500), "the far ones stay in buckets");
+    let per_minute: Vec<(i64, i64)> = redis::cmd("HGETALL")
+        .arg(format!("{}bm", k.base()))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        per_minute,
+        vec![((T0 + 7_200_000) / 60_000, 500)],
+        "bucket records per minute: the promoted minute has none left"
+    );
     // Created after the promotion, due soon: its own key at once.
     w.apply(once("late", T0 + 40_000), T0).await;
     let late: i64 = redis::cmd("EXISTS")

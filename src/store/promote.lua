@@ -1,7 +1,8 @@
 -- Promotes the one-shot timers of the next minutes from their buckets to keys of their
 -- own (record.lua), ahead of their fires: a fire then costs one read and one write. Walks
 -- the slice index from the promoted minute (meta pm) on, one slice page after the other,
--- moving each record's packed string unchanged, and advances pm when a minute is done.
+-- moving each record's packed string unchanged, and advances pm when a minute is done: a
+-- minute with no bucket records (`BASE bm`) at once, another once all of them moved.
 -- KEYS: 1 epoch, 2 slice index, 3 record buckets' meta
 -- ARGV: 1 expected epoch, 2 the partition's key prefix, 3 slice key prefix, 4 promote
 --       the minutes up to this instant (ms), 5 most slice members looked at
@@ -27,24 +28,29 @@ while true do
     break
   end
   local minute = tonumber(next[1])
+  -- Bucket records due in that minute (none: nothing to look at).
+  local left = tonumber(redis.call('HGET', ARGV[2] .. 'bm', minute) or '0') + (REC.minutes[minute] or 0)
   local want = budget - seen
-  local page = redis.call('ZRANGE', ARGV[3] .. minute, m.pc, m.pc + want - 1)
+  local page = {}
+  if left > 0 then
+    page = redis.call('ZRANGE', ARGV[3] .. minute, m.pc, m.pc + want - 1)
+  end
+  seen = seen + 1
   for _, member in ipairs(page) do
     -- Cron members ("\1...") belong to timers that have their own keys already.
-    if string.byte(member, 1) ~= 1 then
-      local h = rec_hash(member)
-      local bucket = rec_bucket(h)
+    if left > 0 and string.byte(member, 1) ~= 1 then
+      local bucket = rec_bucket(rec_hash(member))
       local s = redis.call('HGET', bucket, member)
       if s then
         redis.call('SET', ARGV[2] .. 't:' .. member, s)
         redis.call('HDEL', bucket, member)
-        m.n = m.n - 1
-        REC.counted = true
+        rec_count(minute, -1)
+        left = left - 1
       end
     end
+    seen = seen + 1
   end
-  seen = seen + #page
-  if #page < want then
+  if left <= 0 or #page < want then
     m.pm, m.pc = minute, 0
   else
     m.pc = m.pc + #page

@@ -11,7 +11,9 @@
 --   dead_lettered; these expire after the retention: a look-up and the duplicate check
 --   still find them). The fire path reads and writes these with one call each;
 -- * promote.lua moves the records of the next minutes from their buckets to their own
---   keys ahead of time and advances `pm` (pc: its cursor in the next minute's slice).
+--   keys ahead of time and advances `pm` (pc: its cursor in the next minute's slice);
+--   `BASE bm` counts the bucket records due in each minute, so it skips minutes with
+--   none (a burst created shortly before its due is in own keys already).
 -- Invariants:
 -- * a timer is in one place at a time (rec_put moves it);
 -- * a record's bucket is the bucket of its id's hash under the meta in Redis: a split
@@ -32,7 +34,8 @@ local REC_LIVE = {scheduled = true, paused = true}
 -- Buckets at level 0, and the records per bucket that make the next split.
 local REC_BUCKETS, REC_LOAD = 8, 40
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
-local REC = {base = nil, retention = nil, meta = nil, counted = false, apps = nil, moved = {}}
+local REC = {base = nil, retention = nil, meta = nil, counted = false, apps = nil, moved = {},
+  minutes = {}}
 
 -- Sets the partition (`base`, its key prefix), the retention of done timers (ms) and
 -- the key of the live count per application (nil when the script moves none).
@@ -64,6 +67,16 @@ local function rec_meta()
       size = REC_BUCKETS * 2 ^ L, pm = tonumber(m[4] or '-1'), pc = tonumber(m[5] or '0')}
   end
   return REC.meta
+end
+
+-- One more (`d` = 1) or one fewer (-1) bucket record due in `minute`: the record count
+-- (splits) and the per-minute count (`BASE bm`, promote.lua skips minutes with none).
+-- Both are written by rec_flush.
+local function rec_count(minute, d)
+  local m = rec_meta()
+  m.n = m.n + d
+  REC.counted = true
+  REC.minutes[minute] = (REC.minutes[minute] or 0) + d
 end
 
 -- The bucket key of a record whose id hashes to `h`.
@@ -197,9 +210,7 @@ end
 local function rec_done_raw(id, a, where, h, st)
   if where == 'bucket' then
     redis.call('HDEL', rec_bucket(h), id)
-    local m = rec_meta()
-    m.n = m.n - 1
-    REC.counted = true
+    rec_count(math.floor(a[REC_DUE] / 60000), -1)
   end
   a[REC_ST] = REC_STATE_CODE[st]
   redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
@@ -223,7 +234,7 @@ local function rec_get(id)
   s = redis.call('HGET', rec_bucket(h), id)
   if s then
     local t = rec_unpack(id, s)
-    t._bucket, t._h = true, h
+    t._bucket, t._h, t._m = true, h, math.floor(tonumber(t.due) / 60000)
     return t
   end
   return nil, h
@@ -266,8 +277,8 @@ end
 -- the marks (`_h` may be given).
 local function rec_put(id, t)
   local tkey = REC.base .. 't:' .. id
-  if t.st == 'scheduled' and t.k ~= 'c' and t.due and
-      math.floor(tonumber(t.due) / 60000) > rec_meta().pm then
+  local minute = t.due and math.floor(tonumber(t.due) / 60000)
+  if t.st == 'scheduled' and t.k ~= 'c' and minute and minute > rec_meta().pm then
     t._h = t._h or rec_hash(id)
     redis.call('HSET', rec_bucket(t._h), id, rec_pack(id, t))
     if t._own or t._done then
@@ -276,19 +287,19 @@ local function rec_put(id, t)
     end
     if not t._bucket then
       t._bucket = true
-      local m = rec_meta()
-      m.n = m.n + 1
-      REC.counted = true
+      rec_count(minute, 1)
       rec_split()
+    elseif t._m ~= minute then
+      rec_count(t._m, -1)
+      rec_count(minute, 1)
     end
+    t._m = minute
     return
   end
   if t._bucket then
     redis.call('HDEL', rec_bucket(t._h or rec_hash(id)), id)
     t._bucket = nil
-    local m = rec_meta()
-    m.n = m.n - 1
-    REC.counted = true
+    rec_count(t._m, -1)
   end
   if REC_LIVE[t.st] then
     redis.call('SET', tkey, rec_pack(id, t))
@@ -311,4 +322,10 @@ local function rec_flush()
     end
   end
   REC.moved = {}
+  for minute, n in pairs(REC.minutes) do
+    if n ~= 0 and redis.call('HINCRBY', REC.base .. 'bm', minute, n) <= 0 then
+      redis.call('HDEL', REC.base .. 'bm', minute)
+    end
+  end
+  REC.minutes = {}
 end
