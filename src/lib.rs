@@ -30,12 +30,14 @@
 //! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
 //! - [`ownership`]: the consumer's rebalance callback, the owned partitions with their
 //!   tasks, fencing epochs, replay when Redis lost data.
-//! - [`store`]: one Redis server or a Redis Cluster (`conn`), keys and hash fields, one
-//!   file per script family (apply, fires, cron, epoch, state) and a typed view; the Lua
+//! - [`store`]: one Redis server or a Redis Cluster (`conn`), keys and field names, where
+//!   a timer lives and how it is packed (`record.lua`, prepended to the scripts), one file
+//!   per script family (apply, fires, cron, epoch, state) and a typed view; the Lua
 //!   scripts are `src/store/*.lua`.
 //! - [`trigger`]: one task per owned partition firing timers at the due millisecond
 //!   (`wake`, `gate`, `lease`, `delivery`, `recover`, `task`); [`migrator`]: one task per owned
-//!   partition materialising cron occurrences ahead.
+//!   partition materialising cron occurrences ahead and promoting timers due soon out of
+//!   the record buckets.
 //! - [`sink`]: the idempotent producer (`record`: pure record building, `send`:
 //!   back-pressure and delivery).
 //! - [`admin`]: HTTP `/metrics`, health, readiness and timer look-up; [`status`]: what an

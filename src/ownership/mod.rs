@@ -31,7 +31,7 @@ pub use context::{context, IntakeContext, RebalanceEvent};
 pub use partitions::{Owned, Partitions};
 pub use tasks::{Running, Tasks};
 
-use crate::store::PartitionState;
+use crate::store::{PartitionState, STORE_FORMAT};
 use rdkafka::Offset;
 
 /// The first command Redis lacks when it handled up to `handled` and the group committed
@@ -57,6 +57,13 @@ pub enum Verdict {
     Lost,
     /// Another instance took the partition.
     Fenced,
+}
+
+/// Whether a partition taken when Redis held `before` of it must first be rebuilt from
+/// the state topic: Redis has nothing of it, holds `stale` data (older than the last
+/// checkpoint), or keys of another layout version ([`STORE_FORMAT`]: an upgrade).
+pub fn needs_rebuild(before: &PartitionState, stale: bool) -> bool {
+    before.epoch.is_none() || stale || before.format != Some(STORE_FORMAT)
 }
 
 /// Compares what Redis holds with this instance's epoch `ours`, the highest offset it
@@ -86,7 +93,20 @@ mod tests {
             epoch,
             applied,
             checkpoint: Some(7),
+            format: Some(STORE_FORMAT),
         }
+    }
+
+    #[test]
+    fn a_partition_is_rebuilt_when_redis_has_nothing_stale_data_or_another_layout() {
+        assert!(!needs_rebuild(&state(Some(5), Some(9)), false));
+        assert!(needs_rebuild(&state(Some(5), Some(9)), true));
+        assert!(needs_rebuild(&state(None, None), false));
+        let before_version_2 = PartitionState {
+            format: None,
+            ..state(Some(5), Some(9))
+        };
+        assert!(needs_rebuild(&before_version_2, false));
     }
 
     #[test]

@@ -188,13 +188,20 @@ impl Partitions {
             hold_until: None,
             sequence: before.checkpoint.unwrap_or(0),
         };
-        if before.epoch.is_some() && !stale {
+        if !super::needs_rebuild(&before, stale) {
             o.tasks = Some(t.start(p, epoch, o.sequence));
             self.owned.insert(p, o);
             return true;
         }
         let (topic, reader) = &t.state;
         let wipe = before.epoch.is_some();
+        if wipe && before.format != Some(crate::store::STORE_FORMAT) {
+            tracing::info!(
+                partition = p,
+                format = ?before.format,
+                "redis holds the partition in an older key layout: rebuilding it"
+            );
+        }
         let rebuilt = retry("rebuild")
             .forever(|| rebuild(p, epoch, &t.store, reader, topic, wipe))
             .await;

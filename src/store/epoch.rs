@@ -11,6 +11,8 @@ pub struct PartitionState {
     pub applied: Option<i64>,
     /// The sequence of the last checkpoint confirmed; `None` when none was.
     pub checkpoint: Option<i64>,
+    /// The layout version of its keys ([`super::STORE_FORMAT`]); `None` before version 2.
+    pub format: Option<i64>,
 }
 
 impl Store {
@@ -30,16 +32,18 @@ impl Store {
     /// What Redis holds about `partition`'s ownership: its epoch and applied offset.
     pub async fn partition_state(&self, partition: i32) -> Result<PartitionState, StoreError> {
         let k = self.keys(partition);
-        let (epoch, applied, checkpoint): (Option<i64>, Option<i64>, Option<i64>) = redis::pipe()
+        let (epoch, applied, checkpoint, format): (_, _, _, Option<i64>) = redis::pipe()
             .get(k.epoch())
             .get(k.offset())
             .get(k.checkpoint())
+            .get(k.format())
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(PartitionState {
             epoch,
             applied,
             checkpoint,
+            format,
         })
     }
 

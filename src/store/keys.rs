@@ -75,6 +75,11 @@ impl Keys {
     pub fn checkpoint(&self) -> String {
         self.key("ckpt")
     }
+    /// The layout version the partition's keys were written in (string,
+    /// [`super::STORE_FORMAT`]); set by every rebuild.
+    pub fn format(&self) -> String {
+        self.key("fmt")
+    }
     /// The partition's key prefix, `PREFIX:{topic:p}:`: the scripts that read or write
     /// timers build the record keys from it (`record.lua`).
     pub fn base(&self) -> String {
@@ -164,6 +169,7 @@ mod tests {
             k.deferred_offsets(),
             k.checkpoint(),
             k.acks(),
+            k.format(),
             k.timer("x"),
         ] {
             assert!(key.starts_with("kt:{cmds:3}:"), "{key}");

@@ -20,6 +20,7 @@
 //! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |
 //! | `PREFIX:{topic:p}:acks` | string | acknowledgement calls so far: a checkpoint is due when it moved |
 //! | `PREFIX:{topic:p}:apps` | hash | live (scheduled or paused) timers per application: every script that makes a timer live or done moves it (`max_pending`) |
+//! | `PREFIX:{topic:p}:fmt` | string | the layout version ([`STORE_FORMAT`]) the partition was rebuilt in; another means a rebuild on the next takeover |
 //! | `PREFIX:{topic:p}:ckpt` | string | sequence of the last checkpoint confirmed in the state topic; older than the owner's means Redis came back from older data |
 //!
 //! One file per script family: [`apply`] (commands and offset marks), [`fires`] (claim,
@@ -101,6 +102,11 @@ impl StoreError {
         matches!(self, StoreError::Fenced(_))
     }
 }
+
+/// The layout version of the keys this code writes (`keys::Keys::format`). A partition
+/// whose keys carry another (or none, from before version 2: one hash per timer) is wiped
+/// and rebuilt from the state topic when an instance takes it.
+pub const STORE_FORMAT: i64 = 2;
 
 /// Timer records (`record.lua`: where a timer lives, its packing, the buckets' growth)
 /// and timer helpers (`misfire.lua`: misfire planning, completion), prepended to every

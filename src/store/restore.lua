@@ -2,12 +2,13 @@
 -- partition), applying the last checkpoint's fire watermark: a fire due at or before it
 -- was acknowledged unless it was listed in flight.
 -- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
---       6 applied offset, 7 checkpoint sequence, 8 live timers per application
+--       6 applied offset, 7 checkpoint sequence, 8 live timers per application, 9 layout
+--       version
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix,
---       4 acked through ms,
---       5 retention ms, 6 applied offset to record ('' until the last call), 7 checkpoint
---       sequence to record, then per timer: id, m, m due instants of its in-flight fires,
---       n, n field/value pairs
+--       4 acked through ms, 5 retention ms, 6 applied offset to record ('' until the last
+--       call), 7 checkpoint sequence to record, 8 layout version (recorded by every call),
+--       then per timer: id, m, m due instants of its in-flight fires, n, n field/value
+--       pairs
 -- Returns the number of timers restored, or -1 when fenced.
 -- Rules (the state records are written at checkpoints, so they may trail the fires):
 -- * a scheduled one-shot timer due at or before the watermark and not in flight fired;
@@ -19,9 +20,10 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
 rec_init(ARGV[2], ARGV[5], KEYS[8])
+redis.call('SET', KEYS[9], ARGV[8])
 local through = tonumber(ARGV[4])
 local done = 0
-local i = 8
+local i = 9
 -- Minutes already in the slice index (one ZADD per minute, not per timer).
 local indexed = {}
 while i <= #ARGV do

@@ -137,6 +137,7 @@ impl Store {
             .key(k.offset())
             .key(k.checkpoint())
             .key(k.apps())
+            .key(k.format())
             .arg(epoch)
             .arg(k.base())
             .arg(k.slice_prefix())
@@ -146,6 +147,7 @@ impl Store {
             Some((applied, sequence)) => inv.arg(applied).arg(sequence),
             None => inv.arg("").arg(""),
         };
+        inv.arg(super::STORE_FORMAT);
         for t in timers {
             inv.arg(&t.timer_id).arg(t.in_flight.len());
             for d in &t.in_flight {
