@@ -157,6 +157,7 @@ impl Partitions {
     /// topic and its tasks wait for the replay of the commands after the checkpoint;
     /// otherwise they start now. `false` only on shutdown.
     async fn own(&mut self, p: i32, stale: bool) -> bool {
+        let taking = std::time::Instant::now();
         let applied_before = self.owned.get(&p).and_then(|o| o.handled);
         if let Some(old) = self.owned.remove(&p) {
             old.stop().await;
@@ -191,6 +192,13 @@ impl Partitions {
         if !super::needs_rebuild(&before, stale) {
             o.tasks = Some(t.start(p, epoch, o.sequence));
             self.owned.insert(p, o);
+            // The takeover path reads a few keys, whatever the partition holds.
+            tracing::info!(
+                partition = p,
+                epoch,
+                elapsed_ms = taking.elapsed().as_millis() as u64,
+                "partition taken: firing"
+            );
             return true;
         }
         let (topic, reader) = &t.state;

@@ -95,7 +95,9 @@ fn lifecycle_args_have_no_schedule() {
 
 #[test]
 fn commands_are_chunked_per_partition_in_order() {
-    let mut reqs: Vec<ApplyRequest> = (0..450).map(|i| req(0, i, Op::Cancel)).collect();
+    // Two full chunks of partition 0 and a rest of 50, plus one of partition 3.
+    let n = 2 * APPLY_CHUNK as i64 + 50;
+    let mut reqs: Vec<ApplyRequest> = (0..n).map(|i| req(0, i, Op::Cancel)).collect();
     reqs.insert(1, req(3, 0, Op::Pause));
     let c = chunks(&reqs);
     assert_eq!(c.len(), 4);
