@@ -225,11 +225,7 @@ async fn timers_stay_findable_while_their_buckets_split() {
         assert_eq!(w.apply(cancel, T0).await.outcome, ApplyOutcome::Accepted);
     }
     let meta_key = w.store.keys(0).record_meta();
-    let mut con = redis::Client::open(common::servers().redis_url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut con = w.redis().await;
     let (level, live): (i64, i64) = redis::cmd("HMGET")
         .arg(&meta_key)
         .arg("L")
@@ -251,17 +247,7 @@ async fn timers_stay_findable_while_their_buckets_split() {
         };
         assert_eq!(t.state, Some(want), "{id}");
     }
-    let mut fired = std::collections::BTreeMap::<String, usize>::new();
-    let end = T0 + 60_000 + 120_000;
-    loop {
-        let c = w.claim(end, end).await;
-        if c.fires.is_empty() {
-            break;
-        }
-        for f in &c.fires {
-            *fired.entry(f.timer_id.clone()).or_default() += 1;
-        }
-    }
+    let fired = w.claim_all(T0 + 60_000 + 120_000).await;
     assert_eq!(fired.len(), 2_000);
     assert!(fired
         .iter()
@@ -283,29 +269,23 @@ async fn timers_due_soon_are_promoted_out_of_the_buckets() {
         }
     }
     w.store.apply(&reqs, &[], T0).await.unwrap();
-    let mut con = redis::Client::open(common::servers().redis_url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut con = w.redis().await;
     let k = w.store.keys(0);
     let own = |ids: &[String]| -> Vec<String> { ids.iter().map(|id| k.timer(id)).collect() };
-    let probe = con.clone();
-    let count = |n: &str| {
-        let (meta, n) = (k.record_meta(), n.to_string());
-        let mut con = probe.clone();
+    let in_buckets = |mut con: redis::aio::MultiplexedConnection| {
+        let meta = k.record_meta();
         async move {
-            let v: Option<i64> = redis::cmd("HGET")
+            let n: Option<i64> = redis::cmd("HGET")
                 .arg(meta)
-                .arg(n)
+                .arg("n")
                 .query_async(&mut con)
                 .await
                 .unwrap();
-            v
+            n
         }
     };
     assert_eq!(
-        count("n").await,
+        in_buckets(con.clone()).await,
         Some(1_000),
         "all in buckets before promotion"
     );
@@ -329,7 +309,11 @@ async fn timers_due_soon_are_promoted_out_of_the_buckets() {
         .await
         .unwrap();
     assert_eq!((promoted, stayed), (500, 0));
-    assert_eq!(count("n").await, Some(500), "the far ones stay in buckets");
+    assert_eq!(
+        in_buckets(con.clone()).await,
+        Some(500),
+        "the far ones stay in buckets"
+    );
     let per_minute: Vec<(i64, i64)> = redis::cmd("HGETALL")
         .arg(format!("{}bm", k.base()))
         .query_async(&mut con)
@@ -348,17 +332,9 @@ async fn timers_due_soon_are_promoted_out_of_the_buckets() {
         .await
         .unwrap();
     assert_eq!(late, 1);
-    let mut fired = std::collections::BTreeMap::<String, usize>::new();
-    for upto in [T0 + 60_000, T0 + 7_200_000] {
-        loop {
-            let c = w.claim(upto, upto).await;
-            if c.fires.is_empty() {
-                break;
-            }
-            for f in &c.fires {
-                *fired.entry(f.timer_id.clone()).or_default() += 1;
-            }
-        }
+    let mut fired = w.claim_all(T0 + 60_000).await;
+    for (id, n) in w.claim_all(T0 + 7_200_000).await {
+        *fired.entry(id).or_default() += n;
     }
     assert_eq!(fired.len(), 1_001);
     assert!(fired.values().all(|&n| n == 1));

@@ -204,12 +204,8 @@ async fn pending_phase(
     // dirty set is a passing queue, not what a pending timer costs). Redis's CPU counts
     // that checkpoint work too.
     if env.prefix.is_some() {
-        rebuild::checkpointed(
-            env,
-            partitions,
-            Duration::from_secs(60 + (n / 2_000) as u64),
-        )
-        .await?;
+        let limit = Duration::from_secs(60 + (n / 2_000) as u64);
+        env.checkpointed(partitions, limit).await?;
     }
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let after_nodes = env.nodes.sample().await?;

@@ -5,7 +5,7 @@
 
 use super::observe::Progress;
 use super::setup::Env;
-use crate::store::{Keys, Store};
+use crate::store::Keys;
 use anyhow::Context;
 use redis::AsyncCommands;
 use serde::Serialize;
@@ -23,31 +23,6 @@ pub struct RebuildReport {
     pub elapsed_ms: u64,
     /// Restored timers per second.
     pub per_s: f64,
-}
-
-/// Waits until the state topic holds every change to the timers of the started
-/// instances (`partitions` partitions), at most `limit`.
-pub async fn checkpointed(env: &Env, partitions: i32, limit: Duration) -> anyhow::Result<()> {
-    let prefix = env
-        .prefix
-        .as_deref()
-        .context("the checkpoints are watched on instances the bench starts")?;
-    let store = Store::connect(&env.redis_url, prefix, &env.kafka.commands_topic, 0).await?;
-    let deadline = Instant::now() + limit;
-    loop {
-        let mut left = 0;
-        for p in 0..partitions {
-            left += store.unwritten(p).await?;
-        }
-        if left == 0 {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "checkpoints did not catch up in {limit:?} ({left} timers unwritten)"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Waits for the checkpoints, empties Redis, and measures the rebuild of `timers`.
@@ -71,7 +46,8 @@ pub async fn rebuild_phase(
     let mut c = client.get_multiplexed_async_connection().await?;
     progress.phase("rebuild", timers);
     // Every change written to the state topic, then one more checkpoint.
-    checkpointed(env, partitions, Duration::from_secs(120)).await?;
+    env.checkpointed(partitions, Duration::from_secs(120))
+        .await?;
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let started = Instant::now();
     let _: () = redis::cmd("FLUSHDB")
@@ -97,7 +73,7 @@ pub async fn rebuild_phase(
     let elapsed = started.elapsed();
     let mut restored = 0;
     for k in &keys {
-        // Live timers are counted in the record buckets' meta; done ones have keys.
+        // Timers in the record buckets are counted by their meta; every other has a key.
         let live: Option<usize> = c.hget(k.record_meta(), "n").await?;
         restored += live.unwrap_or(0);
         let opts = redis::ScanOptions::default()

@@ -5,6 +5,7 @@ use crate::config::{BenchArgs, KafkaArgs, RunArgs};
 use crate::service;
 use crate::shutdown::CancellationToken;
 use crate::status::Status;
+use crate::store::Store;
 use crate::topics::{self, TopicSpec};
 use anyhow::Context;
 use clap::Parser;
@@ -228,6 +229,32 @@ impl Env {
             Ok(())
         })
         .await?
+    }
+
+    /// Waits until the state topic holds every change to the timers of the started
+    /// instances (`partitions` partitions), at most `limit`.
+    pub async fn checkpointed(&self, partitions: i32, limit: Duration) -> anyhow::Result<()> {
+        let prefix = self
+            .prefix
+            .as_deref()
+            .context("the checkpoints are watched on instances the bench starts")?;
+        let topic = &self.kafka.commands_topic;
+        let store = Store::connect(&self.redis_url, prefix, topic, 0).await?;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let mut left = 0;
+            for p in 0..partitions {
+                left += store.unwritten(p).await?;
+            }
+            if left == 0 {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "checkpoints did not catch up in {limit:?} ({left} timers unwritten)"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Stops the started instances (draining them), then deletes what the run created

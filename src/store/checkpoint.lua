@@ -65,16 +65,7 @@ local function answer(id, t)
     local at = #emit + 2
     emit[#emit + 1] = id
     emit[#emit + 1] = 0
-    local n = 0
-    for f, v in pairs(t) do
-      -- Fields only (`_own`, `_h`, ... are rec_get's marks).
-      if string.byte(f, 1) ~= 95 then
-        emit[#emit + 1] = f
-        emit[#emit + 1] = v
-        n = n + 1
-      end
-    end
-    emit[at] = n
+    emit[at] = rec_emit(t, emit)
   end
 end
 

@@ -13,6 +13,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 rec_init(ARGV[2], 0, nil)
 local m = rec_meta()
+local pm, pc = m.pm, m.pc
 local target = math.floor(tonumber(ARGV[4]) / 60000)
 local budget = tonumber(ARGV[5])
 local seen = 0
@@ -56,7 +57,10 @@ while true do
     m.pc = m.pc + #page
   end
 end
-redis.call('HSET', KEYS[3], 'pm', m.pm, 'pc', m.pc)
+-- Written only when it moved (the migrator calls every second).
+if m.pm ~= pm or m.pc ~= pc then
+  redis.call('HSET', KEYS[3], 'pm', m.pm, 'pc', m.pc)
+end
 rec_flush()
 if seen >= budget then
   return 1

@@ -6,11 +6,6 @@ rec_init(ARGV[1], 0)
 local t = rec_get(ARGV[2])
 local out = {}
 if t then
-  for _, f in ipairs(REC_FIELDS) do
-    if t[f] then
-      out[#out + 1] = f
-      out[#out + 1] = t[f]
-    end
-  end
+  rec_emit(t, out)
 end
 return out

@@ -22,7 +22,8 @@
 -- * rec_get answers the fields as strings, as HMGET would (integers in decimal);
 -- * the partition's live count per application (`apps` hash) moves with rec_live_move
 --   and is written by rec_flush.
--- Every script that calls rec_put or rec_live_move calls rec_flush before it returns.
+-- Every script that calls rec_put, rec_done_raw or rec_live_move calls rec_flush before it
+-- returns.
 local REC_FIELDS = {'v', 'st', 'rq', 'k', 'due', 'a', 'd', 'p', 'sc', 'mp', 'mx', 'n', 'hz',
   'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx'}
 local REC_STATES = {'scheduled', 'paused', 'fired', 'cancelled', 'completed', 'dead_lettered'}
@@ -123,9 +124,8 @@ end
 -- absent fields left out). The version and the due time are packed as integers (both
 -- are always decimal integers), the state as its index in REC_STATES, a request id equal
 -- to the timer id as true, a one-shot kind and an application its definition names as
--- absent; the rest as strings. (Table
--- constructors, not loops: in Lua 5.1 the loop and the table's growth cost more than
--- the packing.)
+-- absent; the rest as strings. (Table constructors, not loops: in Lua 5.1 the loop and
+-- the table's growth cost more than the packing.)
 local function rec_pack(id, t)
   local a = {
     tonumber(t.v),
@@ -158,9 +158,8 @@ local function rec_pack(id, t)
   return cmsgpack.pack(a)
 end
 
--- The fields of a packed record (rec_pack), as strings.
-local function rec_unpack(id, s)
-  local a = cmsgpack.unpack(s)
+-- The fields of a record unpacked into array `a` (rec_pack's order), as strings.
+local function rec_fields(id, a)
   return {
     v = string.format('%d', a[1]),
     st = REC_STATES[a[2]] or a[2],
@@ -191,7 +190,8 @@ local REC_V, REC_ST, REC_K, REC_DUE, REC_A, REC_D, REC_P = 1, 2, 4, 5, 6, 7, 8
 
 -- The fire path's fast read of timer `id`: its packed array (positions above; the state
 -- as its code, a one-shot kind as false), where it is ('own' or 'bucket') and, from a
--- bucket, the id's hash; nil when Redis has no record of it. No field table is built.
+-- bucket, the id's hash; nil (and the hash) when Redis has no record of it. No field
+-- table is built.
 local function rec_raw(id)
   local s = redis.call('GET', REC.base .. 't:' .. id)
   if s then
@@ -202,7 +202,7 @@ local function rec_raw(id)
   if s then
     return cmsgpack.unpack(s), 'bucket', h
   end
-  return nil
+  return nil, nil, h
 end
 
 -- Live timer `id` (raw record `a` found at `where` with hash `h`, rec_raw) is done in
@@ -216,28 +216,37 @@ local function rec_done_raw(id, a, where, h, st)
   redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
 end
 
--- The fields of timer `id`, or nil when Redis has none. Marks: `_own` (a live timer's
--- own key), `_done` (a done timer's key), `_bucket` (a bucket field); `_h` caches the
--- id's hash when it was computed.
+-- The fields of timer `id` (nil when Redis has none) and, when computed, the id's hash.
+-- Marks: `_own` (a live timer's own key), `_done` (a done timer's key), `_bucket` (a
+-- bucket field, due in minute `_m`); `_h` caches the hash.
 local function rec_get(id)
-  local s = redis.call('GET', REC.base .. 't:' .. id)
-  if s then
-    local t = rec_unpack(id, s)
-    if REC_LIVE[t.st] then
-      t._own = true
-    else
-      t._done = true
-    end
-    return t
+  local a, where, h = rec_raw(id)
+  if not a then
+    return nil, h
   end
-  local h = rec_hash(id)
-  s = redis.call('HGET', rec_bucket(h), id)
-  if s then
-    local t = rec_unpack(id, s)
+  local t = rec_fields(id, a)
+  if where == 'bucket' then
     t._bucket, t._h, t._m = true, h, math.floor(tonumber(t.due) / 60000)
-    return t
+  elseif REC_LIVE[t.st] then
+    t._own = true
+  else
+    t._done = true
   end
-  return nil, h
+  return t
+end
+
+-- Appends the fields of `t` to `out` as field/value pairs (rec_get's marks left out);
+-- returns how many.
+local function rec_emit(t, out)
+  local n = 0
+  for f, v in pairs(t) do
+    if string.byte(f, 1) ~= 95 then
+      out[#out + 1] = f
+      out[#out + 1] = v
+      n = n + 1
+    end
+  end
+  return n
 end
 
 -- Splits the next bucket when the records outgrow the buckets (linear hashing).

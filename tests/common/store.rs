@@ -60,6 +60,29 @@ impl World {
         }
     }
 
+    /// A plain connection to the test Redis (to look at the keys themselves).
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(servers().redis_url.as_str())
+            .expect("redis url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("redis")
+    }
+
+    /// Claims at `upto` until nothing more is due; the fires per timer id.
+    pub async fn claim_all(&self, upto: i64) -> std::collections::BTreeMap<String, usize> {
+        let mut fired = std::collections::BTreeMap::new();
+        loop {
+            let c = self.claim(upto, upto).await;
+            if c.fires.is_empty() {
+                return fired;
+            }
+            for f in c.fires {
+                *fired.entry(f.timer_id).or_default() += 1;
+            }
+        }
+    }
+
     pub async fn claim(&self, upto: i64, now: i64) -> ktimer::timer::Claimed {
         let missed_before = now - Limits::default().plan.misfire_threshold_ms;
         self.store
