@@ -45,7 +45,12 @@ pub async fn run(
     let Some(store) = connect_store(&args, &token).await else {
         return Ok(());
     };
-    let store = store.instrumented(metrics.redis_calls.clone());
+    let store = store
+        .instrumented(metrics.redis_calls.clone())
+        .with_history(crate::store::History {
+            entries: args.history_entries,
+            ttl_ms: args.history_ttl_ms,
+        });
     let topics = SinkTopics {
         fired: k.fired_topic.clone(),
         results: k.results_topic.clone(),

@@ -166,8 +166,10 @@ impl Applied {
     }
 }
 
-/// The state of a timer. Stored in lower case in Redis, upper case in results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The state of a timer. Stored in lower case in Redis, upper case in results and the
+/// admin API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum TimerState {
     /// Waiting for its next fire.
     Scheduled,
@@ -184,7 +186,8 @@ pub enum TimerState {
 }
 
 impl TimerState {
-    const ALL: [TimerState; 6] = [
+    /// Every state, live ones first.
+    pub const ALL: [TimerState; 6] = [
         TimerState::Scheduled,
         TimerState::Paused,
         TimerState::Cancelled,
@@ -208,6 +211,13 @@ impl TimerState {
     /// Parses the name stored in Redis.
     pub fn from_stored(s: &str) -> Option<TimerState> {
         TimerState::ALL.into_iter().find(|t| t.stored() == s)
+    }
+
+    /// Parses the name carried in results (`SCHEDULED`...), in any case.
+    pub fn parse(s: &str) -> Option<TimerState> {
+        TimerState::ALL
+            .into_iter()
+            .find(|t| t.as_str().eq_ignore_ascii_case(s))
     }
 
     /// The name carried in results and shown by the admin port (`SCHEDULED`...).

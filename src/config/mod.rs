@@ -158,6 +158,13 @@ pub struct RunArgs {
     /// How long fired and cancelled timers stay in Redis for look-up and de-duplication.
     #[arg(long, env = "KTIMER_RETENTION_MS", default_value_t = 86_400_000)]
     pub retention_ms: i64,
+    /// Entries of each timer's history kept (its commands and fires; the admin API's
+    /// `/timers/ID/history`); 0 keeps none.
+    #[arg(long, env = "KTIMER_HISTORY_ENTRIES", default_value_t = 20)]
+    pub history_entries: u32,
+    /// History entries older than this are dropped (when the timer's record is written).
+    #[arg(long, env = "KTIMER_HISTORY_TTL_MS", default_value_t = 7 * 86_400_000)]
+    pub history_ttl_ms: i64,
     /// Largest accepted payload.
     #[arg(long, env = "KTIMER_MAX_PAYLOAD_BYTES", default_value_t = 512 * 1024)]
     pub max_payload_bytes: usize,

@@ -1,7 +1,9 @@
 -- Acknowledges fires the broker accepted (or that were dropped before delivery because
 -- their timer changed): removes them from the in-flight set; marks one-shot timers fired
 -- and cron timers completed after their last fire (kept for look-up until the retention
--- expires). A member written `!member\nreason` went to the dead-letter topic instead of
+-- expires). An acknowledgement is `member`, `member\tfired ms\tattempt` when the fire was
+-- produced (an entry of the timer's history and its last fire, record.lua), and
+-- `!member\tfired ms\tattempt\nreason` when it went to the dead-letter topic instead of
 -- its callback topic after its delivery attempts ran out: a one-shot timer becomes
 -- dead_lettered; a cron timer counts it (`dl`, last one's due `dlr`, reason `dlx`) and
 -- goes on. Every timer whose fields change is added to the dirty set (the next checkpoint
@@ -15,23 +17,34 @@
 --       6 deferred by first offset, 7 acknowledgement counter, 8 live timers per
 --       application
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (timer records, record.lua),
---       3 retention ms, 4.. members
+--       3 retention ms, 4 history entries kept per timer, 5 history TTL ms,
+--       6.. acknowledgements
 -- Returns the number of members removed, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
 rec_init(ARGV[2], ARGV[3], KEYS[8])
+rec_history(ARGV[4], ARGV[5])
 redis.call('INCR', KEYS[7])
 local n = 0
 -- Members to remove from the in-flight set, timers to add to the dirty set and to
 -- remove from the deferred sets: each list written in one call at the end.
 local gone, dirty, undefer = {}, {}, {}
-for i = 4, #ARGV do
-  local member, reason = ARGV[i], nil
-  if string.sub(member, 1, 1) == '!' then
+for i = 6, #ARGV do
+  local member, reason, fire = ARGV[i], nil, nil
+  local dead = string.byte(member, 1) == 33
+  if dead then
     local nl = string.find(member, '\n', 2, true)
     reason = string.sub(member, nl + 1)
     member = string.sub(member, 2, nl - 1)
+  end
+  local tab = string.find(member, '\t', 1, true)
+  if tab then
+    local tab2 = string.find(member, '\t', tab + 1, true)
+    fire = {HIST_FIRE, tonumber(string.sub(member, tab + 1, tab2 - 1)), 0,
+      tonumber(string.sub(member, tab2 + 1)), dead and HIST_OUTCOMES.dead_lettered or
+      HIST_OUTCOMES.delivered, reason}
+    member = string.sub(member, 1, tab - 1)
   end
   gone[#gone + 1] = member
   local c1 = string.find(member, ':', 1, true)
@@ -39,6 +52,9 @@ for i = 4, #ARGV do
   local due = string.sub(member, c1 + 1, c2 - 1)
   local id = string.sub(member, c2 + 1)
   local ver = tonumber(string.sub(member, 1, c1 - 1))
+  if fire then
+    fire[3] = tonumber(due)
+  end
   local a, where, h = rec_raw(id)
   if a and not reason and not a[REC_K] and a[REC_ST] == 1 and a[REC_V] == ver then
     -- A one-shot timer delivered (the hot path): fired, without a field table.
@@ -52,10 +68,13 @@ for i = 4, #ARGV do
     if app then
       rec_live_move(app, -1)
     end
-    rec_done_raw(id, a, where, h, 'fired')
+    rec_done_raw(id, a, where, h, 'fired', fire)
     a = nil
   end
   local t = a and rec_get(id)
+  if t and fire then
+    t.h, t.lx = rec_hist_add(t.h, fire), cmsgpack.pack(fire)
+  end
   if t and t.v == string.sub(member, 1, c1 - 1) and t.st == 'scheduled' then
     if t.p or t.k == 'c' then
       dirty[#dirty + 1] = 'inf'
@@ -79,6 +98,10 @@ for i = 4, #ARGV do
         rec_put(id, t)
       end
     end
+  elseif t and fire and redis.call('ZSCORE', KEYS[2], member) then
+    -- Produced for a version since changed (or a timer done meanwhile): history only
+    -- (once: an acknowledgement sent again finds the member gone).
+    rec_put(id, t)
   end
 end
 for i = 1, #gone, 1000 do

@@ -6,8 +6,8 @@
 --       (checkpoint.lua), 9 live timers per application
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
 --       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
---       6 defer ms, 7 the partition's key prefix (timer records, record.lua), then per
---       command a group:
+--       6 defer ms, 7 the partition's key prefix (timer records, record.lua), 8 history
+--       entries kept per timer, 9 history TTL ms, then per command a group:
 --       +0 command offset, +1 op (create | update | pause | resume | cancel), +2 timer id,
 --       +3 request id, +4 kind (o one-shot | c cron), +5 due ms (one-shot due, or first
 --       cron occurrence), +6 stored definition ('' keeps the current one on update),
@@ -41,7 +41,9 @@
 --   writes its state to the state topic; a new one-shot timer due within the defer time
 --   goes straight to the deferred sets instead (checkpoint.lua);
 -- * a live timer in the dirty set carries p (its state is owed to the state topic, and
---   then a tombstone when it ends): set here, so a checkpoint never rewrites the record.
+--   then a tombstone when it ends): set here, so a checkpoint never rewrites the record;
+-- * every command accepted, and every one rejected that names a timer of its own
+--   application, is an entry of the timer's history (record.lua); a duplicate is not.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
@@ -49,6 +51,7 @@ if tonumber(redis.call('GET', KEYS[2]) or '-1') < tonumber(ARGV[4]) then
   return {'fenced'}
 end
 rec_init(ARGV[7], ARGV[2], KEYS[9])
+rec_history(ARGV[8], ARGV[9])
 local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1}
 local out = {}
 local top = -1
@@ -119,6 +122,14 @@ local function install(t, a, id, off, live)
   rec_put(id, t)
 end
 
+-- The history entry of the command whose group starts at ARGV[a], with `outcome` and
+-- `reason` (nil when accepted).
+local function entry(a, outcome, reason)
+  local rq = ARGV[a + 3]
+  return {HIST_COMMAND, tonumber(ARGV[5]), HIST_OPS[ARGV[a + 1]] or 0, HIST_OUTCOMES[outcome],
+    tonumber(ARGV[a]), rq == ARGV[a + 2] or rq, reason}
+end
+
 -- Applies the command whose group starts at ARGV[a]; returns code, reason and the
 -- timer's fields after it.
 local function apply_one(a)
@@ -160,9 +171,11 @@ local function apply_one(a)
         ' timers not yet done in this partition', t
     end
     rec_live_move(app, 1)
-    -- A timer whose state was written keeps owing its record (field p).
+    -- A timer whose state was written keeps owing its record (field p); one created
+    -- again keeps its history.
     local fresh = {v = off, st = 'scheduled', rq = rq_arg, d = ARGV[a + 6], a = app,
-      p = t and t.p, _done = t and t._done, _h = h}
+      p = t and t.p, _done = t and t._done, _h = h, _st0 = t and t.st,
+      h = rec_hist_add(t and t.h, entry(a, 'accepted'))}
     local due_arg = ARGV[a + 5]
     if ARGV[a + 4] == 'o' then
       -- The common case: a new one-shot timer.
@@ -203,6 +216,7 @@ local function apply_one(a)
     redis.call('ZREM', KEYS[4], v .. ':' .. t.due .. ':' .. id)
   end
   t.v, t.rq = off, rq_arg
+  t.h = rec_hist_add(t.h, entry(a, 'accepted'))
   if op ~= 'cancel' then
     -- It goes to the dirty set: its state is written by the next checkpoint.
     t.p = '1'
@@ -242,12 +256,16 @@ local function apply_one(a)
   return 'accepted', '', t
 end
 
-local a = 8
+local a = 10
 -- (offset, id) pairs for the dirty set, added in one call at the end.
 local dirty = {}
 while a <= #ARGV do
   deferred = false
   local code, reason, t = apply_one(a)
+  if code == 'rejected' and t and t.a == ARGV[a + 13] then
+    t.h = rec_hist_add(t.h, entry(a, 'rejected', reason))
+    rec_put(ARGV[a + 2], t)
+  end
   if code == 'again' then
     code = 'accepted'
   elseif code == 'accepted' and not deferred then

@@ -73,7 +73,9 @@ impl Store {
                 .arg(floor(first.partition))
                 .arg(now_ms)
                 .arg(super::state::DEFER_MS)
-                .arg(k.base());
+                .arg(k.base())
+                .arg(self.history.entries)
+                .arg(self.history.ttl_ms);
             for &i in chunk {
                 command_args(&reqs[i], now_ms, &mut inv)?;
             }

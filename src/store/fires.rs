@@ -113,7 +113,7 @@ impl Store {
     }
 
     /// Acknowledges delivered fires of `partition`; returns how many were still in flight.
-    /// A member written `!member\nreason` went to the dead-letter topic (see ack.lua).
+    /// An acknowledgement is a member, or says when and how it was produced (see ack.lua).
     pub async fn ack(
         &self,
         partition: i32,
@@ -132,7 +132,9 @@ impl Store {
             .key(k.apps())
             .arg(epoch)
             .arg(k.base())
-            .arg(self.retention_ms);
+            .arg(self.retention_ms)
+            .arg(self.history.entries)
+            .arg(self.history.ttl_ms);
         for m in members {
             inv.arg(m);
         }

@@ -71,6 +71,10 @@ impl Keys {
     pub fn apps(&self) -> String {
         self.key("apps")
     }
+    /// Timers per state and application (hash: `STATE:APP` -> count; `record.lua`).
+    pub fn states(&self) -> String {
+        self.key("ac")
+    }
     /// Sequence of the last checkpoint confirmed in the state topic (string).
     pub fn checkpoint(&self) -> String {
         self.key("ckpt")
@@ -141,6 +145,10 @@ pub mod field {
     pub const LAST_DEAD_LETTER_DUE: &str = "dlr";
     /// Reason of the last dead-lettered fire.
     pub const LAST_DEAD_LETTER_REASON: &str = "dlx";
+    /// The history: command and fire entries (packed, `record.lua`; JSON in a look-up).
+    pub const HISTORY: &str = "h";
+    /// The last fire: one history entry (packed; JSON in a look-up).
+    pub const LAST_FIRE: &str = "lx";
     /// Set once the timer's state was written to the state topic (a tombstone is owed
     /// when it ends).
     pub const PERSISTED: &str = "p";
@@ -170,6 +178,7 @@ mod tests {
             k.checkpoint(),
             k.acks(),
             k.format(),
+            k.states(),
             k.timer("x"),
         ] {
             assert!(key.starts_with("kt:{cmds:3}:"), "{key}");

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `PREFIX:{topic:p}:r:B` | hash | scheduled one-shot timers due after the promoted minute whose id hashes to bucket `B`: field the id, value the timer's fields packed with MessagePack (`record.lua`); buckets split by linear hashing as timers are added, so each stays small enough for Redis's compact encoding |
 //! | `PREFIX:{topic:p}:rb` | hash | the buckets' level `L`, split pointer `s` and record count `n`; the promoted minute `pm` and its cursor `pc` (`promote.lua`) |
-//! | `PREFIX:{topic:p}:t:ID` | string | every other timer, packed the same way: one-shot timers due soon (promoted ahead by the migrator), cron and paused timers, and done ones (fired, cancelled, completed, dead-lettered), which expire after the retention; fields in [`keys::field`]: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired; dead letters: `dl` count, `dlr` last due, `dlx` last reason |
+//! | `PREFIX:{topic:p}:t:ID` | string | every other timer, packed the same way: one-shot timers due soon (promoted ahead by the migrator), cron and paused timers, and done ones (fired, cancelled, completed, dead-lettered), which expire after the retention; fields in [`keys::field`]: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired; dead letters: `dl` count, `dlr` last due, `dlx` last reason; `h` the history, `lx` the last fire (entries, `record.lua`) |
 //! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute, score due ms: member the id of a one-shot timer, `\x01version:due:id` for a cron occurrence |
 //! | `PREFIX:{topic:p}:idx` | zset | the minutes whose slice is not empty |
 //! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker: member `version:due:id` |
@@ -19,22 +19,26 @@
 //! | `PREFIX:{topic:p}:deferred`, `...:deferred:off` | zset | one-shot timers never written and due within 10 s (by due, and by first command offset): written only if still scheduled 5 s after due; the checkpoint's command offset stays below them |
 //! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |
 //! | `PREFIX:{topic:p}:acks` | string | acknowledgement calls so far: a checkpoint is due when it moved |
+//! | `PREFIX:{topic:p}:ac` | hash | timers per state and application, field `STATE:APP`: scheduled and paused now; done states since the partition's last rebuild (`record.lua`) |
 //! | `PREFIX:{topic:p}:apps` | hash | live (scheduled or paused) timers per application: every script that makes a timer live or done moves it (`max_pending`) |
 //! | `PREFIX:{topic:p}:fmt` | string | the layout version ([`STORE_FORMAT`]) the partition was rebuilt in; another means a rebuild on the next takeover |
 //! | `PREFIX:{topic:p}:ckpt` | string | sequence of the last checkpoint confirmed in the state topic; older than the owner's means Redis came back from older data |
 //!
 //! One file per script family: [`apply`] (commands and offset marks), [`fires`] (claim,
 //! recover, acknowledge), [`cron`] (the migrator's window), [`epoch`] (ownership),
-//! [`state`] (checkpoints and restoring from the state topic) and
-//! [`view`] (the admin port's typed look-up). The scripts are in `src/store/*.lua`,
-//! loaded into Redis once at start (and again only if Redis lost them).
+//! [`state`] (checkpoints and restoring from the state topic), [`view`] (the admin
+//! port's typed look-up, with [`history`]) and [`list`] (its listing and counts). The
+//! scripts are in `src/store/*.lua`, loaded into Redis once at start (and again only if
+//! Redis lost them).
 
 mod apply;
 pub mod conn;
 mod cron;
 mod epoch;
 mod fires;
+mod history;
 pub mod keys;
+mod list;
 mod state;
 pub mod tune;
 mod view;
@@ -43,7 +47,9 @@ pub use apply::Mark;
 pub use cron::CronDue;
 pub use epoch::PartitionState;
 pub use fires::ClaimWindow;
+pub use history::{EntryOutcome, HistoryEntry};
 pub use keys::Keys;
+pub use list::{ListFilter, TimerSummary};
 pub use state::{CheckpointPage, Restore};
 pub use view::{DeadLetters, Overdue, TimerView};
 
@@ -106,16 +112,21 @@ impl StoreError {
 /// The layout version of the keys this code writes (`keys::Keys::format`). A partition
 /// whose keys carry another (or none, from before version 2: one hash per timer) is wiped
 /// and rebuilt from the state topic when an instance takes it.
-pub const STORE_FORMAT: i64 = 2;
+/// Version 3 added the history (`h`) and the last fire (`lx`) to the packed record.
+pub const STORE_FORMAT: i64 = 3;
 
-/// Timer records (`record.lua`: where a timer lives, its packing, the buckets' growth)
-/// and timer helpers (`misfire.lua`: misfire planning, completion), prepended to every
-/// script that reads or writes timers.
-const PRELUDE: [&str; 2] = [include_str!("record.lua"), include_str!("misfire.lua")];
+/// Timer records (`record.lua`: their packing, history and tallies; `place.lua`: where a
+/// timer lives, the buckets' growth) and timer helpers (`misfire.lua`: misfire planning,
+/// completion), prepended to every script that reads or writes timers.
+const PRELUDE: [&str; 3] = [
+    include_str!("record.lua"),
+    include_str!("place.lua"),
+    include_str!("misfire.lua"),
+];
 
 /// `code` with the prelude before it.
 fn with_prelude(code: &str) -> String {
-    [PRELUDE[0], PRELUDE[1], code].concat()
+    [PRELUDE[0], PRELUDE[1], PRELUDE[2], code].concat()
 }
 
 /// A script with its source (to load it into every primary of a cluster).
@@ -155,6 +166,7 @@ struct Scripts {
     restore: Lua,
     read: Lua,
     promote: Lua,
+    list: Lua,
 }
 
 impl Scripts {
@@ -173,10 +185,11 @@ impl Scripts {
             restore: Lua::new(&with_prelude(include_str!("restore.lua"))),
             read: Lua::new(&with_prelude(include_str!("read.lua"))),
             promote: Lua::new(&with_prelude(include_str!("promote.lua"))),
+            list: Lua::new(&with_prelude(include_str!("list.lua"))),
         }
     }
 
-    fn all(&self) -> [&Lua; 13] {
+    fn all(&self) -> [&Lua; 14] {
         [
             &self.apply,
             &self.mark,
@@ -191,6 +204,7 @@ impl Scripts {
             &self.restore,
             &self.read,
             &self.promote,
+            &self.list,
         ]
     }
 }
@@ -206,8 +220,28 @@ pub struct Store {
     prefix: String,
     topic: String,
     retention_ms: i64,
+    history: History,
     /// Script call latency by operation, when instrumented.
     calls: Option<prometheus::HistogramVec>,
+}
+
+/// How much of a timer's history its record keeps (`record.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct History {
+    /// The last this many entries (commands and fires); 0 keeps none.
+    pub entries: u32,
+    /// None older than this, ms.
+    pub ttl_ms: i64,
+}
+
+impl Default for History {
+    /// 20 entries, a week.
+    fn default() -> History {
+        History {
+            entries: 20,
+            ttl_ms: 7 * 24 * 3_600_000,
+        }
+    }
 }
 
 impl Store {
@@ -228,6 +262,7 @@ impl Store {
             prefix: prefix.to_string(),
             topic: topic.to_string(),
             retention_ms,
+            history: History::default(),
             calls: None,
         };
         store.load_scripts().await?;
@@ -260,6 +295,12 @@ impl Store {
     /// The key names of `partition`.
     pub fn keys(&self, partition: i32) -> Keys {
         Keys::new(&self.prefix, &self.topic, partition)
+    }
+
+    /// The same store, keeping `history` of each timer.
+    pub fn with_history(mut self, history: History) -> Store {
+        self.history = history;
+        self
     }
 
     /// The same store, timing its script calls into `calls` (label `op`).

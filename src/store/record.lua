@@ -1,31 +1,23 @@
--- Timer records, prepended to every script that reads or writes timers (one source).
+-- Timer records, part 1 of 2 (this file, then place.lua), prepended to every script that
+-- reads or writes timers (one source): what a record holds and how it is packed.
 -- A record is a timer's fields packed with cmsgpack in the order of REC_FIELDS (rec_pack).
--- Where it lives:
--- * a live (scheduled) one-shot timer due after the promoted minute (meta `pm`) is one
---   field of a bucket hash `BASE r:B` (field: the timer id), so a timer pending for hours
---   costs a few dozen bytes instead of a key of its own. Buckets grow by linear hashing
---   (`BASE rb`: level L, split pointer s, bucket records n): on average a bucket holds
---   at most 2 * REC_LOAD records, few enough for Redis's compact (listpack) encoding;
--- * every other timer is a string key of its own, `BASE t:ID`: one-shot timers due
---   soon, cron timers, paused timers, and done timers (fired, cancelled, completed,
---   dead_lettered; these expire after the retention: a look-up and the duplicate check
---   still find them). The fire path reads and writes these with one call each;
--- * promote.lua moves the records of the next minutes from their buckets to their own
---   keys ahead of time and advances `pm` (pc: its cursor in the next minute's slice);
---   `BASE bm` counts the bucket records due in each minute, so it skips minutes with
---   none (a burst created shortly before its due is in own keys already).
 -- Invariants:
--- * a timer is in one place at a time (rec_put moves it);
--- * a record's bucket is the bucket of its id's hash under the meta in Redis: a split
---   writes the meta in the same step that moves the records;
--- * the placement is a matter of cost only: rec_get and rec_raw look in both places;
 -- * rec_get answers the fields as strings, as HMGET would (integers in decimal);
 -- * the partition's live count per application (`apps` hash) moves with rec_live_move
---   and is written by rec_flush.
+--   and is written by rec_flush;
+-- * `BASE ac` counts timers per state and application (field `STATE:APP`): scheduled and
+--   paused are the timers in that state now; a done state counts the timers that reached
+--   it since the partition was last rebuilt (done records expire unseen). Every state
+--   change goes through rec_put or rec_done_raw, which tally it (rec_get remembers the
+--   state read in `_st0`);
+-- * a record's history `h` (packed list of entries, rec_hist_add) holds at most the last
+--   REC.hist.n entries, none older than REC.hist.ttl ms when it was written; `lx` is the
+--   last fire's entry.
 -- Every script that calls rec_put, rec_done_raw or rec_live_move calls rec_flush before it
 -- returns.
-local REC_FIELDS = {'v', 'st', 'rq', 'k', 'due', 'a', 'd', 'p', 'sc', 'mp', 'mx', 'n', 'hz',
-  'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx'}
+-- (`h`: the history; `lx`: the last fire, a history entry.)
+local REC_FIELDS = {'v', 'st', 'rq', 'k', 'due', 'a', 'd', 'p', 'h', 'sc', 'mp', 'mx', 'n', 'hz',
+  'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx', 'lx'}
 local REC_STATES = {'scheduled', 'paused', 'fired', 'cancelled', 'completed', 'dead_lettered'}
 local REC_STATE_CODE = {}
 for i, s in ipairs(REC_STATES) do
@@ -35,14 +27,65 @@ local REC_LIVE = {scheduled = true, paused = true}
 -- Buckets at level 0, and the records per bucket that make the next split.
 local REC_BUCKETS, REC_LOAD = 8, 40
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
+-- hist: the history's bound (rec_history; nil: no history written).
 local REC = {base = nil, retention = nil, meta = nil, counted = false, apps = nil, moved = {},
-  minutes = {}}
+  minutes = {}, tally = {}, hist = nil}
 
 -- Sets the partition (`base`, its key prefix), the retention of done timers (ms) and
 -- the key of the live count per application (nil when the script moves none).
 local function rec_init(base, retention, apps)
   REC.base, REC.retention, REC.apps = base, retention, apps
   REC.rprefix = base .. 'r:'
+end
+
+-- History entries are kept: at most `n` (0: none), none older than `ttl` ms.
+local function rec_history(n, ttl)
+  REC.hist = {n = tonumber(n), ttl = tonumber(ttl)}
+end
+
+-- History entry kinds (an entry's first element) and codes. A command entry:
+-- {HIST_COMMAND, at ms, op, outcome, offset, request id (true: the timer id), reason};
+-- a fire entry: {HIST_FIRE, fired ms, due ms, attempt, outcome, reason}.
+local HIST_COMMAND, HIST_FIRE = 1, 2
+local HIST_OPS = {create = 1, update = 2, pause = 3, resume = 4, cancel = 5}
+local HIST_OUTCOMES = {accepted = 1, rejected = 2, delivered = 3, dead_lettered = 4}
+
+-- Packed history `h` (nil: empty) with entry `e` appended, `e[2]` its time in ms: the
+-- last REC.hist.n entries, none older than the TTL at `e[2]`. Unchanged without
+-- rec_history.
+local function rec_hist_add(h, e)
+  local H = REC.hist
+  if not H or H.n <= 0 then
+    return h
+  end
+  local list = h and cmsgpack.unpack(h) or {}
+  list[#list + 1] = e
+  local first = math.max(1, #list - H.n + 1)
+  while first < #list and list[first][2] < e[2] - H.ttl do
+    first = first + 1
+  end
+  if first > 1 then
+    local kept = {}
+    for i = first, #list do
+      kept[#kept + 1] = list[i]
+    end
+    list = kept
+  end
+  return cmsgpack.pack(list)
+end
+
+-- A timer of application `app` went from state `from` (nil: new) to `to` (written by
+-- rec_flush into `BASE ac`; done states only ever count up).
+local function rec_tally(app, from, to)
+  if not app or from == to then
+    return
+  end
+  if REC_LIVE[from] then
+    local f = from .. ':' .. app
+    REC.tally[f] = (REC.tally[f] or 0) - 1
+  end
+  local f = to .. ':' .. app
+  REC.tally[f] = (REC.tally[f] or 0) + 1
 end
 
 -- Application `app` has `n` more live timers (written by rec_flush, in one call per
@@ -54,40 +97,6 @@ end
 -- The live timers of `app`, with this call's moves.
 local function rec_live_count(app)
   return tonumber(redis.call('HGET', REC.apps, app) or '0') + (REC.moved[app] or 0)
-end
-
-local function rec_hash(id)
-  return tonumber(string.sub(redis.sha1hex(id), 1, 8), 16)
-end
-
-local function rec_meta()
-  if not REC.meta then
-    local m = redis.call('HMGET', REC.base .. 'rb', 'L', 's', 'n', 'pm', 'pc')
-    local L = tonumber(m[1] or '0')
-    REC.meta = {L = L, s = tonumber(m[2] or '0'), n = tonumber(m[3] or '0'),
-      size = REC_BUCKETS * 2 ^ L, pm = tonumber(m[4] or '-1'), pc = tonumber(m[5] or '0')}
-  end
-  return REC.meta
-end
-
--- One more (`d` = 1) or one fewer (-1) bucket record due in `minute`: the record count
--- (splits) and the per-minute count (`BASE bm`, promote.lua skips minutes with none).
--- Both are written by rec_flush.
-local function rec_count(minute, d)
-  local m = rec_meta()
-  m.n = m.n + d
-  REC.counted = true
-  REC.minutes[minute] = (REC.minutes[minute] or 0) + d
-end
-
--- The bucket key of a record whose id hashes to `h`.
-local function rec_bucket(h)
-  local m = REC.meta or rec_meta()
-  local b = h % m.size
-  if b < m.s then
-    b = h % (2 * m.size)
-  end
-  return REC.rprefix .. b
 end
 
 -- The application named at the start of a stored definition `d` (schemas/stored_timer.avsc:
@@ -136,6 +145,7 @@ local function rec_pack(id, t)
     t.a ~= rec_app_of(t.d) and t.a or false,
     t.d or false,
     t.p or false,
+    t.h or false,
     t.sc or false,
     t.mp or false,
     t.mx or false,
@@ -149,6 +159,7 @@ local function rec_pack(id, t)
     t.dl or false,
     t.dlr or false,
     t.dlx or false,
+    t.lx or false,
   }
   local n = #REC_FIELDS
   while n > 1 and a[n] == false do
@@ -169,172 +180,24 @@ local function rec_fields(id, a)
     a = a[6] or rec_app_of(a[7]),
     d = a[7] or nil,
     p = a[8] or nil,
-    sc = a[9] or nil,
-    mp = a[10] or nil,
-    mx = a[11] or nil,
-    n = a[12] or nil,
-    hz = a[13] or nil,
-    lst = a[14] or nil,
-    fin = a[15] or nil,
-    lf = a[16] or nil,
-    lfd = a[17] or nil,
-    last = a[18] or nil,
-    dl = a[19] or nil,
-    dlr = a[20] or nil,
-    dlx = a[21] or nil,
+    h = a[9] or nil,
+    sc = a[10] or nil,
+    mp = a[11] or nil,
+    mx = a[12] or nil,
+    n = a[13] or nil,
+    hz = a[14] or nil,
+    lst = a[15] or nil,
+    fin = a[16] or nil,
+    lf = a[17] or nil,
+    lfd = a[18] or nil,
+    last = a[19] or nil,
+    dl = a[20] or nil,
+    dlr = a[21] or nil,
+    dlx = a[22] or nil,
+    lx = a[23] or nil,
   }
 end
 
 -- Positions in a packed record (rec_pack) read by the fire path's raw access.
-local REC_V, REC_ST, REC_K, REC_DUE, REC_A, REC_D, REC_P = 1, 2, 4, 5, 6, 7, 8
-
--- The fire path's fast read of timer `id`: its packed array (positions above; the state
--- as its code, a one-shot kind as false), where it is ('own' or 'bucket') and, from a
--- bucket, the id's hash; nil (and the hash) when Redis has no record of it. No field
--- table is built.
-local function rec_raw(id)
-  local s = redis.call('GET', REC.base .. 't:' .. id)
-  if s then
-    return cmsgpack.unpack(s), 'own'
-  end
-  local h = rec_hash(id)
-  s = redis.call('HGET', rec_bucket(h), id)
-  if s then
-    return cmsgpack.unpack(s), 'bucket', h
-  end
-  return nil, nil, h
-end
-
--- Live timer `id` (raw record `a` found at `where` with hash `h`, rec_raw) is done in
--- state `st`: its own key, unchanged but for the state, expiring after the retention.
-local function rec_done_raw(id, a, where, h, st)
-  if where == 'bucket' then
-    redis.call('HDEL', rec_bucket(h), id)
-    rec_count(math.floor(a[REC_DUE] / 60000), -1)
-  end
-  a[REC_ST] = REC_STATE_CODE[st]
-  redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
-end
-
--- The fields of timer `id` (nil when Redis has none) and, when computed, the id's hash.
--- Marks: `_own` (a live timer's own key), `_done` (a done timer's key), `_bucket` (a
--- bucket field, due in minute `_m`); `_h` caches the hash.
-local function rec_get(id)
-  local a, where, h = rec_raw(id)
-  if not a then
-    return nil, h
-  end
-  local t = rec_fields(id, a)
-  if where == 'bucket' then
-    t._bucket, t._h, t._m = true, h, math.floor(tonumber(t.due) / 60000)
-  elseif REC_LIVE[t.st] then
-    t._own = true
-  else
-    t._done = true
-  end
-  return t
-end
-
--- Appends the fields of `t` to `out` as field/value pairs (rec_get's marks left out);
--- returns how many.
-local function rec_emit(t, out)
-  local n = 0
-  for f, v in pairs(t) do
-    if string.byte(f, 1) ~= 95 then
-      out[#out + 1] = f
-      out[#out + 1] = v
-      n = n + 1
-    end
-  end
-  return n
-end
-
--- Splits the next bucket when the records outgrow the buckets (linear hashing).
-local function rec_split()
-  local m = rec_meta()
-  local size = m.size
-  if m.n <= REC_LOAD * (size + m.s) then
-    return
-  end
-  local from = m.s
-  local to = from + size
-  local fkey = REC.rprefix .. from
-  local all = redis.call('HGETALL', fkey)
-  local moved, gone = {}, {}
-  for i = 1, #all, 2 do
-    if rec_hash(all[i]) % (2 * size) == to then
-      moved[#moved + 1] = all[i]
-      moved[#moved + 1] = all[i + 1]
-      gone[#gone + 1] = all[i]
-    end
-  end
-  if #gone > 0 then
-    redis.call('HSET', REC.rprefix .. to, unpack(moved))
-    redis.call('HDEL', fkey, unpack(gone))
-  end
-  m.s = from + 1
-  if m.s == size then
-    m.L, m.s, m.size = m.L + 1, 0, 2 * size
-  end
-  redis.call('HSET', REC.base .. 'rb', 'L', m.L, 's', m.s, 'n', m.n)
-  REC.counted = false
-end
-
--- Writes timer `id` (fields `t`, strings, with rec_get's marks) where it belongs: a
--- scheduled one-shot timer due after the promoted minute into its bucket, any other into
--- its own key (a done one expiring after the retention). A new timer carries none of
--- the marks (`_h` may be given).
-local function rec_put(id, t)
-  local tkey = REC.base .. 't:' .. id
-  local minute = t.due and math.floor(tonumber(t.due) / 60000)
-  if t.st == 'scheduled' and t.k ~= 'c' and minute and minute > rec_meta().pm then
-    t._h = t._h or rec_hash(id)
-    redis.call('HSET', rec_bucket(t._h), id, rec_pack(id, t))
-    if t._own or t._done then
-      redis.call('DEL', tkey)
-      t._own, t._done = nil, nil
-    end
-    if not t._bucket then
-      t._bucket = true
-      rec_count(minute, 1)
-      rec_split()
-    elseif t._m ~= minute then
-      rec_count(t._m, -1)
-      rec_count(minute, 1)
-    end
-    t._m = minute
-    return
-  end
-  if t._bucket then
-    redis.call('HDEL', rec_bucket(t._h or rec_hash(id)), id)
-    t._bucket = nil
-    rec_count(t._m, -1)
-  end
-  if REC_LIVE[t.st] then
-    redis.call('SET', tkey, rec_pack(id, t))
-    t._own, t._done = true, nil
-  else
-    redis.call('SET', tkey, rec_pack(id, t), 'PX', REC.retention)
-    t._own, t._done = nil, true
-  end
-end
-
--- Stores the record count and the live counts that moved (call before returning).
-local function rec_flush()
-  if REC.counted then
-    redis.call('HSET', REC.base .. 'rb', 'n', REC.meta.n)
-    REC.counted = false
-  end
-  for app, n in pairs(REC.moved) do
-    if n ~= 0 then
-      redis.call('HINCRBY', REC.apps, app, n)
-    end
-  end
-  REC.moved = {}
-  for minute, n in pairs(REC.minutes) do
-    if n ~= 0 and redis.call('HINCRBY', REC.base .. 'bm', minute, n) <= 0 then
-      redis.call('HDEL', REC.base .. 'bm', minute)
-    end
-  end
-  REC.minutes = {}
-end
+local REC_V, REC_ST, REC_K, REC_DUE, REC_A, REC_D, REC_P, REC_H, REC_LX = 1, 2, 4, 5, 6, 7, 8, 9, 23
+local REC_DL, REC_DLR, REC_DLX = 20, 21, 22

@@ -35,7 +35,7 @@ while i <= #ARGV do
   i = first + 2 * n
   local old = rec_get(id)
   local t = {_bucket = old and old._bucket, _own = old and old._own, _done = old and old._done,
-    _h = old and old._h}
+    _h = old and old._h, _st0 = old and old.st}
   for j = first, first + 2 * n - 1, 2 do
     t[ARGV[j]] = ARGV[j + 1]
   end

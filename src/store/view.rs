@@ -1,7 +1,7 @@
 //! A typed look-up of one timer, for the admin port (which never reads raw fields).
 
 use super::keys::field;
-use super::{Store, StoreError};
+use super::{HistoryEntry, Store, StoreError};
 use crate::codec;
 use crate::timer::{TimerDef, TimerState};
 use std::collections::HashMap;
@@ -31,6 +31,10 @@ pub struct TimerView {
     pub materialised_through_ms: Option<i64>,
     /// Fires that went to the dead-letter topic.
     pub dead_letters: DeadLetters,
+    /// The last fire produced (a [`HistoryEntry::Fire`]).
+    pub last_fire: Option<HistoryEntry>,
+    /// Its commands and fires, oldest first (bounded, see [`super::History`]).
+    pub history: Vec<HistoryEntry>,
 }
 
 /// Dead-lettered fires of a timer.
@@ -45,8 +49,9 @@ pub struct DeadLetters {
 }
 
 impl TimerView {
-    /// Reads a timer hash's fields; `None` when the hash is empty (no such timer).
-    pub fn from_fields(fields: &HashMap<String, Vec<u8>>) -> Option<TimerView> {
+    /// Reads the fields of timer `id` (`read.lua`); `None` when there are none (no such
+    /// timer).
+    pub fn from_fields(id: &str, fields: &HashMap<String, Vec<u8>>) -> Option<TimerView> {
         if fields.is_empty() {
             return None;
         }
@@ -74,6 +79,13 @@ impl TimerView {
                 last_due_ms: num(field::LAST_DEAD_LETTER_DUE),
                 last_reason: text(field::LAST_DEAD_LETTER_REASON),
             },
+            last_fire: fields
+                .get(field::LAST_FIRE)
+                .and_then(|j| HistoryEntry::list(id, j).pop()),
+            history: fields
+                .get(field::HISTORY)
+                .map(|j| HistoryEntry::list(id, j))
+                .unwrap_or_default(),
         })
     }
 }
@@ -100,7 +112,7 @@ impl Store {
         let mut p = redis::pipe();
         p.invoke_script(&inv);
         let (fields,): (HashMap<String, Vec<u8>>,) = self.run("read", &p).await?;
-        Ok(TimerView::from_fields(&fields))
+        Ok(TimerView::from_fields(timer_id, &fields))
     }
 
     /// Fires of `partition` due at `now_ms` and still in their minute slices (not claimed):
@@ -171,7 +183,7 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
         .collect();
         f.insert(field::DEF.into(), codec::encode_stored(&def).unwrap());
-        let v = TimerView::from_fields(&f).unwrap();
+        let v = TimerView::from_fields("t", &f).unwrap();
         assert_eq!(v.version, Some(17));
         assert_eq!(v.state, Some(TimerState::Scheduled));
         assert!(v.cron);
@@ -182,6 +194,6 @@ mod tests {
         assert_eq!(v.dead_letters.count, Some(1));
         assert_eq!(v.dead_letters.last_reason.as_deref(), Some("too large"));
         assert_eq!(v.dead_letters.last_due_ms, None);
-        assert_eq!(TimerView::from_fields(&HashMap::new()), None);
+        assert_eq!(TimerView::from_fields("t", &HashMap::new()), None);
     }
 }

@@ -37,18 +37,21 @@ pub(super) fn next(
     Next::Retry(b.delay(attempt.max(1) as u32))
 }
 
-/// The acknowledgement of a fire delivered to the dead-letter topic: `!member\nreason`
-/// (see ack.lua).
-fn dead_letter_ack(member: &str, why: &str) -> String {
-    format!("!{member}\n{why}")
+/// The acknowledgement of a fire produced at `fired_ms` in attempt `attempt` (see
+/// ack.lua): `member\tfired\tattempt`, or `!member\tfired\tattempt\nreason` when it went to
+/// the dead-letter topic because of `dead`. (Timer ids hold no control characters.)
+fn produced_ack(p: &Pending, dead: Option<&str>) -> String {
+    let (member, fired, attempt) = (&p.fire.member, p.fired_ms, p.attempt);
+    match dead {
+        None => format!("{member}\t{fired}\t{attempt}"),
+        Some(why) => format!("!{member}\t{fired}\t{attempt}\n{why}"),
+    }
 }
 
 /// The in-flight member an acknowledgement names.
 pub(super) fn acked_member(ack: &str) -> &str {
-    match ack.strip_prefix('!') {
-        Some(rest) => rest.split('\n').next().unwrap_or_default(),
-        None => ack,
-    }
+    let ack = ack.strip_prefix('!').unwrap_or(ack);
+    ack.split(['\n', '\t']).next().unwrap_or_default()
 }
 
 impl Trigger {
@@ -73,6 +76,8 @@ impl Trigger {
                 self.requeue(at, pending);
                 continue;
             }
+            let mut pending = pending;
+            pending.fired_ms = now;
             let fire = &pending.fire;
             let stamp = Stamp {
                 attempt: pending.attempt,
@@ -185,7 +190,7 @@ impl Trigger {
 
     /// The broker answered a delivery: acknowledge it in Redis (batched), or retry.
     pub(super) fn delivered(&mut self, pending: Pending, r: Result<(), SinkError>) {
-        match (r, pending.dead) {
+        match (r, pending.dead.clone()) {
             (Ok(()), None) => {
                 self.m.delivered.inc();
                 let apps = self.cfg.apps.current();
@@ -195,14 +200,14 @@ impl Trigger {
                         .with_label_values(&[label, "delivered"])
                         .inc();
                 }
-                self.acks.push(pending.fire.member);
+                self.acks.push(produced_ack(&pending, None));
             }
             (Ok(()), Some(why)) => {
                 self.m.dead_lettered.inc();
                 let why: String = why.chars().filter(|c| *c != '\n').take(500).collect();
-                self.acks.push(dead_letter_ack(&pending.fire.member, &why));
+                self.acks.push(produced_ack(&pending, Some(&why)));
             }
-            (Err(e), dead) => self.failed(Pending { dead, ..pending }, e),
+            (Err(e), _) => self.failed(pending, e),
         }
     }
 }
@@ -235,11 +240,26 @@ mod tests {
     }
 
     #[test]
-    fn an_acknowledgement_names_its_member() {
+    fn an_acknowledgement_names_its_member_and_how_it_went_out() {
+        let fire = crate::timer::Fire {
+            member: "1:5:t".into(),
+            timer_id: "t".into(),
+            version: 1,
+            due_ms: 5,
+            def: Default::default(),
+        };
+        let p = Pending {
+            fire,
+            attempt: 2,
+            dead: None,
+            paced: false,
+            fired_ms: 9,
+        };
         assert_eq!(acked_member("1:5:t"), "1:5:t");
-        assert_eq!(
-            acked_member(&dead_letter_ack("1:5:t", "too large")),
-            "1:5:t"
-        );
+        assert_eq!(produced_ack(&p, None), "1:5:t\t9\t2");
+        assert_eq!(acked_member(&produced_ack(&p, None)), "1:5:t");
+        let dead = produced_ack(&p, Some("too large"));
+        assert_eq!(dead, "!1:5:t\t9\t2\ntoo large");
+        assert_eq!(acked_member(&dead), "1:5:t");
     }
 }

@@ -13,6 +13,8 @@ pub struct Pending {
     pub dead: Option<String>,
     /// Whether its application's delivery rate limit gave it its send time already.
     pub paced: bool,
+    /// When its last attempt was produced, Unix ms (0 before the first).
+    pub fired_ms: i64,
 }
 
 /// Claimed fires by send time, then arrival order.
@@ -65,6 +67,7 @@ mod tests {
 
     fn pending(id: &str, due_ms: i64) -> Pending {
         Pending {
+            fired_ms: 0,
             fire: Fire {
                 member: format!("1:{due_ms}:{id}"),
                 timer_id: id.into(),

@@ -148,6 +148,7 @@ impl Trigger {
         let at = fire.due_ms;
         self.held.insert(fire.member.clone());
         let pending = Pending {
+            fired_ms: 0,
             fire,
             attempt: 1,
             dead: None,

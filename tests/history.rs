@@ -1,0 +1,246 @@
+//! What the admin API reads from the store, against a real redis-server: a timer's
+//! history (commands, rejections, fires; bounded by count and age), the counts per
+//! application and state, and the paged, filtered listing.
+
+mod common;
+
+use common::store::{World, T0};
+use ktimer::command::{CommandKind, TimerCommand};
+use ktimer::store::{EntryOutcome, History, HistoryEntry, ListFilter};
+use ktimer::timer::{ApplyOutcome, TimerState};
+use std::collections::BTreeMap;
+
+fn once(app: &str, id: &str, at: i64) -> TimerCommand {
+    TimerCommand {
+        application: app.into(),
+        at_ms: Some(at),
+        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
+    }
+}
+
+fn op(app: &str, kind: CommandKind, id: &str) -> TimerCommand {
+    TimerCommand {
+        application: app.into(),
+        ..TimerCommand::new(kind, id, "r")
+    }
+}
+
+/// Every timer a listing with `f` answers, page after page: id -> times listed.
+async fn list_all(w: &World, f: &ListFilter) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    let mut cursor = String::new();
+    let mut pages = 0;
+    loop {
+        let (next, page) = w.store.list_page(0, &cursor, f).await.expect("list");
+        pages += 1;
+        for t in page {
+            *seen.entry(t.timer_id).or_default() += 1;
+        }
+        match next {
+            Some(n) => cursor = n,
+            None => break,
+        }
+        assert!(pages < 1000, "the cursor does not end");
+    }
+    seen
+}
+
+#[tokio::test]
+async fn a_timer_history_holds_its_commands_rejections_and_fires() {
+    let mut w = World::new("history").await;
+    let due = T0 + 1_000;
+    assert_eq!(
+        w.apply(once("app", "h", due), T0).await.outcome,
+        ApplyOutcome::Accepted
+    );
+    // Rejected: it is live. Recorded (its own application's command).
+    let again = w.apply(once("app", "h", due), T0 + 10).await;
+    assert_eq!(again.outcome, ApplyOutcome::Rejected);
+    // Another application's command: rejected, and it must not touch the timer.
+    let foreign = w
+        .apply(op("intruder", CommandKind::Cancel, "h"), T0 + 20)
+        .await;
+    assert_eq!(foreign.outcome, ApplyOutcome::Rejected);
+    let claimed = w.claim(due, due).await;
+    assert_eq!(claimed.fires.len(), 1);
+    let ack = format!("{}\t{}\t1", claimed.fires[0].member, due + 3);
+    assert_eq!(w.store.ack(0, w.epoch, &[ack]).await.unwrap(), 1);
+
+    let t = w.store.timer(0, "h").await.unwrap().expect("timer h");
+    assert_eq!(t.state, Some(TimerState::Fired));
+    assert_eq!(t.history.len(), 3, "{:?}", t.history);
+    let HistoryEntry::Command {
+        op,
+        outcome,
+        at_ms,
+        offset,
+        request_id,
+        ..
+    } = &t.history[0]
+    else {
+        panic!("{:?}", t.history)
+    };
+    assert_eq!(
+        (*op, *outcome, *at_ms, *offset),
+        ("create", EntryOutcome::Accepted, T0, 1)
+    );
+    assert_eq!(request_id, "r1");
+    let HistoryEntry::Command {
+        outcome,
+        reason,
+        request_id,
+        ..
+    } = &t.history[1]
+    else {
+        panic!("{:?}", t.history)
+    };
+    assert_eq!(*outcome, EntryOutcome::Rejected);
+    assert_eq!(request_id, "r2");
+    assert!(
+        reason.as_deref().unwrap_or("").contains("scheduled"),
+        "{reason:?}"
+    );
+    let fire = HistoryEntry::Fire {
+        fired_ms: due + 3,
+        due_ms: due,
+        lateness_ms: 3,
+        attempt: 1,
+        outcome: EntryOutcome::Delivered,
+        reason: None,
+    };
+    assert_eq!(t.history[2], fire);
+    assert_eq!(t.last_fire, Some(fire));
+
+    // A dead-lettered fire says why.
+    w.apply(once("app", "d", due), T0).await;
+    let claimed = w.claim(due, due).await;
+    let ack = format!("!{}\t{}\t5\ntoo large", claimed.fires[0].member, due + 900);
+    w.store.ack(0, w.epoch, &[ack]).await.unwrap();
+    let d = w.store.timer(0, "d").await.unwrap().expect("timer d");
+    assert_eq!(d.state, Some(TimerState::DeadLettered));
+    let Some(HistoryEntry::Fire {
+        attempt,
+        outcome,
+        reason,
+        ..
+    }) = d.last_fire
+    else {
+        panic!("{d:?}")
+    };
+    assert_eq!((attempt, outcome), (5, EntryOutcome::DeadLettered));
+    assert_eq!(reason.as_deref(), Some("too large"));
+}
+
+#[tokio::test]
+async fn the_history_keeps_the_last_entries_and_drops_old_ones() {
+    let mut w = World::new("histbound").await;
+    let far = T0 + 3_600_000;
+    w.store = w.store.clone().with_history(History {
+        entries: 3,
+        ttl_ms: 10_000,
+    });
+    w.apply(once("app", "b", far), T0).await;
+    for i in 0..3 {
+        w.apply(op("app", CommandKind::Pause, "b"), T0 + 100 + i * 2)
+            .await;
+        w.apply(op("app", CommandKind::Resume, "b"), T0 + 101 + i * 2)
+            .await;
+    }
+    let t = w.store.timer(0, "b").await.unwrap().unwrap();
+    let ops: Vec<_> = t
+        .history
+        .iter()
+        .map(|e| match e {
+            HistoryEntry::Command { op, offset, .. } => (*op, *offset),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        [("resume", 5), ("pause", 6), ("resume", 7)],
+        "the last 3"
+    );
+    // 10 s later, a command drops every entry older than the TTL.
+    w.apply(op("app", CommandKind::Pause, "b"), T0 + 20_000)
+        .await;
+    let t = w.store.timer(0, "b").await.unwrap().unwrap();
+    assert_eq!(t.history.len(), 1, "{:?}", t.history);
+    // A store that keeps no history writes none.
+    w.store = w.store.clone().with_history(History {
+        entries: 0,
+        ttl_ms: 10_000,
+    });
+    w.apply(once("app", "none", far), T0).await;
+    assert!(w
+        .store
+        .timer(0, "none")
+        .await
+        .unwrap()
+        .unwrap()
+        .history
+        .is_empty());
+}
+
+#[tokio::test]
+async fn counts_and_listing_follow_applications_states_and_prefixes() {
+    let mut w = World::new("listing").await;
+    let far = T0 + 600_000;
+    // Enough timers for the record buckets to split while they are created.
+    for i in 0..400 {
+        w.apply(once("app", &format!("o-{i}"), far + i), T0).await;
+    }
+    for i in 0..5 {
+        w.apply(once("other", &format!("x-{i}"), far), T0).await;
+    }
+    w.apply(once("app", "soon", T0 + 1_000), T0).await;
+    w.apply(op("app", CommandKind::Pause, "o-1"), T0).await;
+    w.apply(op("app", CommandKind::Cancel, "o-2"), T0).await;
+    let fired = w.claim_all(T0 + 1_000).await;
+    assert_eq!(fired.len(), 1);
+    let c = w.claim(T0 + 1_000, T0 + 1_000).await;
+    assert!(c.fires.is_empty());
+
+    let counts = w.store.state_counts(0).await.unwrap();
+    let n = |app: &str, st| counts.get(&(app.to_string(), st)).copied().unwrap_or(0);
+    assert_eq!(n("app", TimerState::Scheduled), 399, "{counts:?}");
+    assert_eq!(n("app", TimerState::Paused), 1);
+    assert_eq!(n("app", TimerState::Cancelled), 1);
+    assert_eq!(n("other", TimerState::Scheduled), 5);
+
+    let all = ListFilter {
+        limit: 25,
+        ..Default::default()
+    };
+    let listed = list_all(&w, &all).await;
+    assert_eq!(listed.len(), 406, "every timer");
+    assert!(listed.values().all(|n| *n == 1), "none twice");
+    let app = ListFilter {
+        application: Some("other".into()),
+        ..all.clone()
+    };
+    assert_eq!(list_all(&w, &app).await.len(), 5);
+    let paused = ListFilter {
+        state: Some(TimerState::Paused),
+        ..all.clone()
+    };
+    assert_eq!(
+        list_all(&w, &paused).await.into_keys().collect::<Vec<_>>(),
+        ["o-1"]
+    );
+    let prefix = ListFilter {
+        id_prefix: "o-1".into(),
+        ..all.clone()
+    };
+    // o-1, o-10..o-19, o-100..o-199
+    assert_eq!(list_all(&w, &prefix).await.len(), 111);
+    let (_, first) = w
+        .store
+        .list_page(0, "", &ListFilter { limit: 3, ..all })
+        .await
+        .unwrap();
+    assert!(
+        first.len() >= 3 && first.len() < 100,
+        "a page is about the limit: {}",
+        first.len()
+    );
+}
