@@ -63,7 +63,8 @@ pub async fn send(args: SendArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn unique() -> String {
+/// A string unique to this process and moment (request ids, reader group names).
+pub fn unique() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()

@@ -1,6 +1,8 @@
 //! Wires one instance together: store, sink, consumer, admin port, intake. Wiring only:
 //! every part is built from the command line by its own module.
 
+use crate::admin::access::Access;
+use crate::admin::commands::Commands;
 use crate::admin::{self, AdminState};
 use crate::catalog::{self, Catalog};
 use crate::clock::Clock;
@@ -68,6 +70,9 @@ pub async fn run(
             store: store.clone(),
             status: status.clone(),
             partitions: AtomicI32::new(partitions),
+            access: Access::new(args.admin_tokens.clone(), addr.ip().is_loopback()),
+            commands: Some(Commands::start(k, codec.clone(), token.clone())?),
+            wait: Duration::from_millis(args.admin_wait_ms),
         };
         serve_admin(addr, state, &token, &status).await?;
     }

@@ -140,9 +140,23 @@ pub struct RunArgs {
     /// firing through the rebalance. Every instance of a group must use the same.
     #[arg(long, env = "KTIMER_ASSIGNMENT", value_enum, default_value_t)]
     pub assignment: crate::kafka::Assignment,
-    /// Address of the HTTP admin port (/metrics, /healthz, /readyz, /timers/ID); `off` to disable.
+    /// Address of the HTTP admin port (metrics, health, the admin API); `off` to disable.
     #[arg(long, env = "KTIMER_ADMIN_ADDR", default_value = "127.0.0.1:9464", value_parser = parse_addr)]
     pub admin_addr: AdminAddr,
+    /// Admin API token, `SECRET` (every application) or `APP=SECRET` (that application's
+    /// timers only), at least 16 characters (repeatable; comma-separated in the
+    /// variable). With tokens, every timer route needs `Authorization: Bearer SECRET`;
+    /// without, a non-loopback admin address refuses writes.
+    #[arg(
+        long = "admin-token",
+        env = "KTIMER_ADMIN_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub admin_tokens: Vec<crate::admin::access::Token>,
+    /// How long an admin write waits for its command's result before answering 202.
+    #[arg(long, env = "KTIMER_ADMIN_WAIT_MS", default_value_t = 10_000)]
+    pub admin_wait_ms: u64,
     /// Claim fires this many ms before they are due, then wait for the due ms in memory.
     #[arg(long, env = "KTIMER_CLAIM_AHEAD_MS", default_value_t = 100)]
     pub claim_ahead_ms: i64,

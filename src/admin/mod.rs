@@ -1,18 +1,33 @@
 //! The HTTP admin port: `/metrics` (Prometheus), `/healthz`, `/readyz`, `/status` (the
-//! partitions owned), and `/timers/{id}` to look a timer up.
+//! partitions owned) and the admin API, JSON over HTTP (every route in the README):
+//! - [`timers`]: look-up, history, listing, counts per application, dead letters;
+//! - [`write`]: create, update, pause, resume, cancel and bulk actions, each a command on
+//!   the commands topic ([`commands`] sends it and waits for its result);
+//! - [`access`]: tokens and what they allow; [`error`]: JSON errors.
+
+pub mod access;
+pub mod commands;
+pub mod error;
+pub mod timers;
+pub mod write;
 
 use crate::metrics::Metrics;
 use crate::shutdown::CancellationToken;
 use crate::status::StatusTx;
-use crate::store::{Store, TimerView};
-use axum::extract::{Path, State};
+use crate::store::Store;
+use access::Access;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest request body: a create command with its payload, and headroom.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// What the admin handlers read.
 pub struct AdminState {
@@ -24,6 +39,12 @@ pub struct AdminState {
     pub status: StatusTx,
     /// Partitions of the commands topic (look-ups scan them).
     pub partitions: AtomicI32,
+    /// Who may do what.
+    pub access: Access,
+    /// The write path (none: write routes answer 503).
+    pub commands: Option<commands::Commands>,
+    /// How long a write waits for its command's result before answering 202.
+    pub wait: Duration,
 }
 
 /// Serves the admin API on `addr` until `token` is cancelled. Returns the bound address.
@@ -37,7 +58,15 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/status", get(status))
-        .route("/timers/{id}", get(timer))
+        .route("/timers", get(timers::list).post(write::create))
+        .route("/timers/{id}", get(timers::get).put(write::update))
+        .route("/timers/{id}/history", get(timers::history))
+        .route("/timers/{id}/{action}", post(write::act))
+        .route("/applications", get(timers::applications))
+        .route("/dead-letters", get(timers::dead_letters))
+        .route("/bulk/{action}", post(write::bulk))
+        .fallback(error::no_route)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -66,41 +95,4 @@ async fn ready(State(s): State<Arc<AdminState>>) -> Response {
 async fn status(State(s): State<Arc<AdminState>>) -> Json<serde_json::Value> {
     let st = s.status.borrow().clone();
     Json(serde_json::json!({"joined": st.joined, "owned": st.owned}))
-}
-
-async fn timer(State(s): State<Arc<AdminState>>, Path(id): Path<String>) -> Response {
-    for p in 0..s.partitions.load(Ordering::SeqCst) {
-        match s.store.timer(p, &id).await {
-            Ok(None) => continue,
-            Ok(Some(t)) => return Json(timer_json(&id, p, &t)).into_response(),
-            Err(e) => {
-                return (StatusCode::SERVICE_UNAVAILABLE, format!("redis: {e}\n")).into_response()
-            }
-        }
-    }
-    (StatusCode::NOT_FOUND, "unknown timer\n").into_response()
-}
-
-/// The JSON of a looked-up timer.
-fn timer_json(id: &str, partition: i32, t: &TimerView) -> serde_json::Value {
-    let def = t.def.as_ref();
-    serde_json::json!({
-        "timer_id": id,
-        "partition": partition,
-        "version": t.version,
-        "state": t.state.map(|s| s.as_str()),
-        "due_ms": t.due_ms,
-        "request_id": t.request_id,
-        "application": def.map(|d| d.application.clone()),
-        "callback_topic": def.and_then(|d| d.callback.topic.clone()),
-        "payload_bytes": def.map(|d| d.callback.payload.len()),
-        "kind": if t.cron { "CRON" } else { "ONCE" },
-        "schedule": t.schedule,
-        "fires": t.fires,
-        "last_fired_due_ms": t.last_fired_due_ms,
-        "materialised_through_ms": t.materialised_through_ms,
-        "dead_letters": t.dead_letters.count,
-        "last_dead_letter_due_ms": t.dead_letters.last_due_ms,
-        "last_dead_letter_reason": t.dead_letters.last_reason,
-    })
 }

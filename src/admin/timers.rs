@@ -1,0 +1,202 @@
+//! The admin API's read routes: a timer, its history, a listing, counts per application
+//! and state, dead letters. Redis answers them directly (every instance reads every
+//! partition, owned or not).
+
+use super::access::{Need, Scope};
+use super::error::ApiError;
+use super::AdminState;
+use crate::store::{ListFilter, TimerSummary, TimerView};
+use crate::timer::TimerState;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Timers per page unless the request says.
+const DEFAULT_LIMIT: usize = 100;
+/// Most timers per page.
+const MAX_LIMIT: usize = 1_000;
+
+/// Timer `id` and the partition it lives in, within the caller's scope; 404 otherwise
+/// (a scoped token does not learn that another application's timer exists).
+pub async fn find(s: &AdminState, scope: &Scope, id: &str) -> Result<(i32, TimerView), ApiError> {
+    for p in 0..s.partitions.load(Ordering::SeqCst) {
+        if let Some(t) = s.store.timer(p, id).await? {
+            let app = t.def.as_ref().map(|d| d.application.as_str()).unwrap_or("");
+            if !scope.allows(app) {
+                break;
+            }
+            return Ok((p, t));
+        }
+    }
+    Err(ApiError::not_found(format!("no timer {id:?}")))
+}
+
+/// `GET /timers/{id}`: definition, state, version, next due, fires, the last fire, dead
+/// letters and the history.
+pub async fn get(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let scope = s.access.scope(&headers, Need::Read)?;
+    let (p, t) = find(&s, &scope, &id).await?;
+    Ok(Json(timer_json(&id, p, &t)))
+}
+
+/// `GET /timers/{id}/history`: the timer's commands and fires, oldest first.
+pub async fn history(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let scope = s.access.scope(&headers, Need::Read)?;
+    let (_, t) = find(&s, &scope, &id).await?;
+    Ok(Json(json!({"timer_id": id, "history": t.history})))
+}
+
+/// The query of a listing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    application: Option<String>,
+    state: Option<String>,
+    #[serde(default)]
+    prefix: String,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /timers?application=&state=&prefix=&cursor=&limit=`: a page of timers and the
+/// cursor of the next (`null` at the end).
+pub async fn list(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q?;
+    let scope = s.access.scope(&headers, Need::Read)?;
+    let state = match q.state.as_deref() {
+        None | Some("") => None,
+        Some(st) => Some(TimerState::parse(st).ok_or_else(|| {
+            ApiError::bad_request(format!("unknown state {st:?} (SCHEDULED, PAUSED, FIRED, CANCELLED, COMPLETED, DEAD_LETTERED)"))
+        })?),
+    };
+    let f = ListFilter {
+        application: scope.application(q.application)?,
+        state,
+        id_prefix: q.prefix,
+        dead_letters: false,
+        limit: q.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
+    };
+    let (timers, next) = page(&s, q.cursor.as_deref(), &f).await?;
+    Ok(Json(json!({"timers": timers, "cursor": next})))
+}
+
+/// About `f.limit` timers from API cursor `cursor` (`PARTITION:STORE_CURSOR`), partition
+/// after partition, and the cursor after them.
+pub async fn page(
+    s: &AdminState,
+    cursor: Option<&str>,
+    f: &ListFilter,
+) -> Result<(Vec<TimerSummary>, Option<String>), ApiError> {
+    let bad = || ApiError::bad_request("cursor: use the cursor a listing answered");
+    let (mut p, mut inner) = match cursor {
+        None | Some("") => (0, String::new()),
+        Some(c) => {
+            let (p, rest) = c.split_once(':').ok_or_else(bad)?;
+            (p.parse::<i32>().map_err(|_| bad())?, rest.to_string())
+        }
+    };
+    let partitions = s.partitions.load(Ordering::SeqCst);
+    let mut out = Vec::new();
+    while p < partitions && out.len() < f.limit {
+        let want = ListFilter {
+            limit: f.limit - out.len(),
+            ..f.clone()
+        };
+        let (next, timers) = s.store.list_page(p, &inner, &want).await?;
+        out.extend(timers);
+        match next {
+            Some(n) => inner = n,
+            None => (p, inner) = (p + 1, String::new()),
+        }
+    }
+    Ok((out, (p < partitions).then(|| format!("{p}:{inner}"))))
+}
+
+/// `GET /applications`: per application, its timers per state (SCHEDULED and PAUSED now;
+/// done states since each partition's last rebuild).
+pub async fn applications(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let scope = s.access.scope(&headers, Need::Read)?;
+    let mut apps: BTreeMap<String, BTreeMap<TimerState, i64>> = BTreeMap::new();
+    for p in 0..s.partitions.load(Ordering::SeqCst) {
+        for ((app, st), n) in s.store.state_counts(p).await? {
+            if scope.allows(&app) {
+                *apps.entry(app).or_default().entry(st).or_default() += n;
+            }
+        }
+    }
+    Ok(Json(json!({ "applications": apps })))
+}
+
+/// The query of the dead-letter listing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadQuery {
+    application: Option<String>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /dead-letters?application=&cursor=&limit=`: timers with dead-lettered fires.
+pub async fn dead_letters(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    q: Result<Query<DeadQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = q?;
+    let scope = s.access.scope(&headers, Need::Read)?;
+    let f = ListFilter {
+        application: scope.application(q.application)?,
+        dead_letters: true,
+        limit: q.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
+        ..Default::default()
+    };
+    let (timers, next) = page(&s, q.cursor.as_deref(), &f).await?;
+    Ok(Json(json!({"timers": timers, "cursor": next})))
+}
+
+/// The JSON of a looked-up timer.
+fn timer_json(id: &str, partition: i32, t: &TimerView) -> Value {
+    let def = t.def.as_ref();
+    json!({
+        "timer_id": id,
+        "partition": partition,
+        "version": t.version,
+        "state": t.state,
+        "due_ms": t.due_ms,
+        "request_id": t.request_id,
+        "application": def.map(|d| d.application.clone()),
+        "callback_topic": def.and_then(|d| d.callback.topic.clone()),
+        "payload_bytes": def.map(|d| d.callback.payload.len()),
+        "kind": if t.cron { "CRON" } else { "ONCE" },
+        "schedule": t.schedule,
+        "fires": t.fires,
+        "last_fired_due_ms": t.last_fired_due_ms,
+        "last_fire": t.last_fire,
+        "materialised_through_ms": t.materialised_through_ms,
+        "dead_letters": t.dead_letters.count,
+        "last_dead_letter_due_ms": t.dead_letters.last_due_ms,
+        "last_dead_letter_reason": t.dead_letters.last_reason,
+        "history": t.history,
+    })
+}

@@ -1,0 +1,231 @@
+//! The admin API's write routes: create, update, pause, resume, cancel, and bulk pause,
+//! resume or cancel by application and id prefix. Each is a command on the commands
+//! topic ([`super::commands`]); the answer is its result (200, or 409 when rejected),
+//! or 202 with the request id when the caller asked not to wait (`?wait=false`) or the
+//! result did not come in time.
+
+use super::access::{Need, Scope};
+use super::commands::Sent;
+use super::error::ApiError;
+use super::timers::{find, page};
+use super::AdminState;
+use crate::command::{CommandKind, Outcome, TimerCommand};
+use crate::store::ListFilter;
+use crate::timer::TimerState;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Most commands one bulk request sends.
+const BULK_MAX: usize = 100_000;
+
+/// `?wait=false`: answer 202 once the command is produced.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitQuery {
+    wait: Option<bool>,
+}
+
+/// A request id for a command the caller did not name.
+fn request_id() -> String {
+    format!("admin-{}", crate::client::unique())
+}
+
+/// `body` (a JSON object: the fields of a command) as a command of `kind`.
+fn command(mut body: Value, kind: CommandKind, id: Option<&str>) -> Result<TimerCommand, ApiError> {
+    let obj = body
+        .as_object_mut()
+        .ok_or_else(|| ApiError::bad_request("the body must be a JSON object"))?;
+    if obj.contains_key("kind") {
+        return Err(ApiError::bad_request("kind is given by the route"));
+    }
+    obj.insert(
+        "kind".into(),
+        serde_json::to_value(kind).unwrap_or_default(),
+    );
+    obj.entry("request_id")
+        .or_insert_with(|| request_id().into());
+    if let Some(id) = id {
+        match obj.get("timer_id").and_then(Value::as_str) {
+            Some(other) if other != id => {
+                return Err(ApiError::bad_request("timer_id differs from the route's"))
+            }
+            _ => obj.insert("timer_id".into(), id.into()),
+        };
+    }
+    serde_json::from_value(body).map_err(|e| ApiError::bad_request(format!("body: {e}")))
+}
+
+/// Sends `cmd` within `scope` and answers its result.
+async fn send(
+    s: &AdminState,
+    scope: &Scope,
+    cmd: TimerCommand,
+    wait: bool,
+) -> Result<Response, ApiError> {
+    if !scope.allows(&cmd.application) {
+        return Err(ApiError::forbidden(
+            "this token is limited to another application",
+        ));
+    }
+    let commands = s
+        .commands
+        .as_ref()
+        .ok_or_else(|| ApiError::unavailable("this admin port has no write path"))?;
+    let wait = wait.then_some(s.wait);
+    Ok(match commands.send(&cmd, wait).await? {
+        Sent::Accepted { request_id } => (
+            StatusCode::ACCEPTED,
+            Json(json!({"request_id": request_id, "timer_id": cmd.timer_id})),
+        )
+            .into_response(),
+        Sent::Result(r) if r.outcome == Outcome::Rejected => (
+            StatusCode::CONFLICT,
+            Json(json!({"error": "rejected", "reason": r.reason, "result": r})),
+        )
+            .into_response(),
+        Sent::Result(r) => Json(r).into_response(),
+    })
+}
+
+/// `POST /timers`: creates a timer (a one-shot one, or a cron one when `cron` is given).
+pub async fn create(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    q: Result<Query<WaitQuery>, QueryRejection>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let (Query(q), Json(mut body)) = (q?, body?);
+    let scope = s.access.scope(&headers, Need::Write)?;
+    if let (Scope::Application(app), Some(obj)) = (&scope, body.as_object_mut()) {
+        obj.entry("application")
+            .or_insert_with(|| app.clone().into());
+    }
+    let cron = body.get("cron").is_some_and(|c| !c.is_null());
+    let kind = if cron {
+        CommandKind::CreateCron
+    } else {
+        CommandKind::CreateOnce
+    };
+    send(
+        &s,
+        &scope,
+        command(body, kind, None)?,
+        q.wait.unwrap_or(true),
+    )
+    .await
+}
+
+/// `PUT /timers/{id}`: changes a timer's schedule, payload or callback.
+pub async fn update(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    q: Result<Query<WaitQuery>, QueryRejection>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let (Query(q), Json(mut body)) = (q?, body?);
+    let scope = s.access.scope(&headers, Need::Write)?;
+    let (_, t) = find(&s, &scope, &id).await?;
+    if let (Some(def), Some(obj)) = (&t.def, body.as_object_mut()) {
+        obj.entry("application")
+            .or_insert_with(|| def.application.clone().into());
+    }
+    send(
+        &s,
+        &scope,
+        command(body, CommandKind::Update, Some(&id))?,
+        q.wait.unwrap_or(true),
+    )
+    .await
+}
+
+/// The kind of a `pause`, `resume` or `cancel` route.
+fn action(name: &str) -> Result<CommandKind, ApiError> {
+    match name {
+        "pause" => Ok(CommandKind::Pause),
+        "resume" => Ok(CommandKind::Resume),
+        "cancel" => Ok(CommandKind::Cancel),
+        other => Err(ApiError::not_found(format!(
+            "no action {other:?} (pause, resume, cancel)"
+        ))),
+    }
+}
+
+/// `POST /timers/{id}/{pause|resume|cancel}`.
+pub async fn act(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    Path((id, name)): Path<(String, String)>,
+    q: Result<Query<WaitQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = q?;
+    let kind = action(&name)?;
+    let scope = s.access.scope(&headers, Need::Write)?;
+    let (_, t) = find(&s, &scope, &id).await?;
+    let mut cmd = TimerCommand::new(kind, &id, &request_id());
+    cmd.application = t.def.map(|d| d.application).unwrap_or_default();
+    send(&s, &scope, cmd, q.wait.unwrap_or(true)).await
+}
+
+/// The body of a bulk request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkBody {
+    application: Option<String>,
+    #[serde(default)]
+    prefix: String,
+}
+
+/// `POST /bulk/{pause|resume|cancel}` with `{"application": ..., "prefix": ...}`: one
+/// command per matching timer that the action changes (scheduled ones are paused, paused
+/// ones resumed, both cancelled), produced without waiting; answers 202 with the count.
+pub async fn bulk(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Json<BulkBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(b) = body?;
+    let kind = action(&name)?;
+    let scope = s.access.scope(&headers, Need::Write)?;
+    let app = scope
+        .application(b.application)?
+        .ok_or_else(|| ApiError::bad_request("application is required"))?;
+    let states: &[TimerState] = match kind {
+        CommandKind::Pause => &[TimerState::Scheduled],
+        CommandKind::Resume => &[TimerState::Paused],
+        _ => &[TimerState::Scheduled, TimerState::Paused],
+    };
+    let mut sent = 0usize;
+    for st in states {
+        let f = ListFilter {
+            application: Some(app.clone()),
+            state: Some(*st),
+            id_prefix: b.prefix.clone(),
+            dead_letters: false,
+            limit: 1_000,
+        };
+        let mut cursor: Option<String> = None;
+        loop {
+            let (timers, next) = page(&s, cursor.as_deref(), &f).await?;
+            for t in timers {
+                let mut cmd = TimerCommand::new(kind, &t.timer_id, &request_id());
+                cmd.application = app.clone();
+                send(&s, &scope, cmd, false).await?;
+                sent += 1;
+            }
+            match next {
+                Some(n) if sent < BULK_MAX => cursor = Some(n),
+                _ => break,
+            }
+        }
+    }
+    let body = json!({"action": name, "application": app, "prefix": b.prefix, "commands": sent});
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}

@@ -1,0 +1,312 @@
+//! The admin API against a running instance, a real broker and a real Redis: every route,
+//! its errors, and the token rules (an instance with two tokens: one for every
+//! application, one limited to `billing`).
+
+mod common;
+
+use common::TestEnv;
+use ktimer::now_ms;
+use reqwest::{Client, StatusCode};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+const OPS: &str = "ops-token-0123456789abcdef";
+const BILLING: &str = "billing-token-0123456789";
+
+/// A client of one admin port with one token (or none).
+struct Api {
+    base: String,
+    token: Option<&'static str>,
+    http: Client,
+}
+
+impl Api {
+    fn req(&self, m: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.request(m, format!("{}{path}", self.base));
+        match self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        answer(self.req(reqwest::Method::GET, path)).await
+    }
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        answer(self.req(reqwest::Method::POST, path).json(&body)).await
+    }
+    /// GETs `path` until `ok` holds for the answer (what an instance does is asynchronous).
+    async fn until(&self, path: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        let end = tokio::time::Instant::now() + WAIT;
+        loop {
+            let (code, v) = self.get(path).await;
+            if code == StatusCode::OK && ok(&v) {
+                return v;
+            }
+            assert!(
+                tokio::time::Instant::now() < end,
+                "{path}: still {code} {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+async fn answer(r: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let resp = r.send().await.expect("admin port answers");
+    let code = resp.status();
+    let text = resp.text().await.unwrap();
+    let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({code}): {text}"));
+    (code, v)
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = v["timers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["timer_id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
+    let tokens = format!("{OPS},billing={BILLING}");
+    let env = TestEnv::new("admin", 2, &["--admin-token", &tokens]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let base = format!("http://{}", svc.status.borrow().admin_addr.unwrap());
+    let http = Client::new();
+    let api = |token| Api {
+        base: base.clone(),
+        token,
+        http: http.clone(),
+    };
+    let (ops, billing, anon) = (api(Some(OPS)), api(Some(BILLING)), api(None));
+
+    // Create: the answer is the command's result.
+    let due = now_ms() + 1_500;
+    let far = now_ms() + 600_000;
+    let body = json!({"timer_id": "order-42", "application": "orders", "at_ms": due,
+        "callback": {"payload": "close order 42"}});
+    let (code, r) = ops.post("/timers", body).await;
+    assert_eq!(code, StatusCode::OK, "{r}");
+    assert_eq!(
+        (r["outcome"].as_str(), r["state"].as_str()),
+        (Some("ACCEPTED"), Some("SCHEDULED"))
+    );
+    let (code, r) = ops
+        .post(
+            "/timers",
+            json!({"timer_id": "order-43", "application": "orders", "at_ms": far}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{r}");
+    // A scoped token creates in its application without naming it.
+    let (code, r) = billing
+        .post("/timers", json!({"timer_id": "inv-1", "at_ms": far}))
+        .await;
+    assert_eq!(
+        (code, r["application"].as_str()),
+        (StatusCode::OK, Some("billing")),
+        "{r}"
+    );
+    // ... and nowhere else.
+    let (code, _) = billing
+        .post(
+            "/timers",
+            json!({"timer_id": "x", "application": "orders", "at_ms": far}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    // Not waiting: 202 and the request id.
+    let (code, r) = ops
+        .post(
+            "/timers?wait=false",
+            json!({"timer_id": "order-44", "application": "orders", "at_ms": far}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::ACCEPTED, "{r}");
+    assert!(r["request_id"].as_str().unwrap().starts_with("admin-"));
+    // A rejected command: 409 with the reason.
+    let (code, r) = ops
+        .post(
+            "/timers",
+            json!({"timer_id": "order-43", "application": "orders", "at_ms": far}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CONFLICT, "{r}");
+    assert!(r["reason"].as_str().unwrap().contains("scheduled"), "{r}");
+
+    // Look-up, within the token's reach only.
+    let (code, t) = ops.get("/timers/order-43").await;
+    assert_eq!(
+        (code, t["state"].as_str()),
+        (StatusCode::OK, Some("SCHEDULED"))
+    );
+    assert_eq!(
+        t["history"].as_array().unwrap().len(),
+        2,
+        "created, then a create rejected: {t}"
+    );
+    assert_eq!(
+        billing.get("/timers/order-43").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        anon.get("/timers/order-43").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // Pause; the history says so.
+    let (code, r) = ops.post("/timers/order-43/pause", json!({})).await;
+    assert_eq!(
+        (code, r["state"].as_str()),
+        (StatusCode::OK, Some("PAUSED")),
+        "{r}"
+    );
+    let (code, _) = billing.post("/timers/order-43/cancel", json!({})).await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "another application's timer");
+    let (_, h) = ops.get("/timers/order-43/history").await;
+    let last = h["history"].as_array().unwrap().last().cloned().unwrap();
+    assert_eq!(
+        (last["op"].as_str(), last["outcome"].as_str()),
+        (Some("pause"), Some("accepted"))
+    );
+
+    // The fire shows as the last fire and in the history.
+    let f = got.fires_until("order-42", WAIT).await.pop().unwrap();
+    assert!(f.fired_ms >= due);
+    let t = ops
+        .until("/timers/order-42", |t| t["state"] == "FIRED")
+        .await;
+    assert_eq!(t["last_fire"]["due_ms"], due, "{t}");
+    assert_eq!(t["last_fire"]["outcome"], "delivered");
+    assert_eq!(t["history"].as_array().unwrap().len(), 2, "{t}");
+
+    // Listing: filters, and a scoped token sees its application only.
+    let all = ops
+        .until("/timers?application=orders", |v| ids(v).len() == 3)
+        .await;
+    assert_eq!(ids(&all), ["order-42", "order-43", "order-44"]);
+    let paused = ops.get("/timers?application=orders&state=paused").await.1;
+    assert_eq!(ids(&paused), ["order-43"]);
+    assert_eq!(ids(&billing.get("/timers").await.1), ["inv-1"]);
+    assert_eq!(
+        billing.get("/timers?application=orders").await.0,
+        StatusCode::FORBIDDEN
+    );
+    // Paged: one timer a page, the cursor leads through all of them.
+    let (mut seen, mut cursor) = (vec![], String::new());
+    loop {
+        let (code, v) = ops
+            .get(&format!(
+                "/timers?application=orders&limit=1&cursor={cursor}"
+            ))
+            .await;
+        assert_eq!(code, StatusCode::OK, "{v}");
+        seen.extend(ids(&v));
+        match v["cursor"].as_str() {
+            Some(c) => cursor = c.to_string(),
+            None => break,
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["order-42", "order-43", "order-44"]);
+
+    // Counts per application and state.
+    let apps = ops.get("/applications").await.1;
+    let orders = &apps["applications"]["orders"];
+    assert_eq!(
+        (orders["PAUSED"].as_i64(), orders["FIRED"].as_i64()),
+        (Some(1), Some(1)),
+        "{apps}"
+    );
+    assert_eq!(orders["SCHEDULED"].as_i64(), Some(1), "{apps}");
+    let mine = billing.get("/applications").await.1;
+    assert_eq!(mine["applications"].as_object().unwrap().len(), 1, "{mine}");
+
+    // Bulk: cancel by application and prefix.
+    for i in 0..5 {
+        ops.post(
+            "/timers",
+            json!({"timer_id": format!("bulk-{i}"), "application": "orders", "at_ms": far}),
+        )
+        .await;
+    }
+    let (code, r) = ops
+        .post(
+            "/bulk/cancel",
+            json!({"application": "orders", "prefix": "bulk-"}),
+        )
+        .await;
+    assert_eq!(
+        (code, r["commands"].as_i64()),
+        (StatusCode::ACCEPTED, Some(5)),
+        "{r}"
+    );
+    ops.until(
+        "/timers?application=orders&state=CANCELLED&prefix=bulk-",
+        |v| ids(v).len() == 5,
+    )
+    .await;
+    assert_eq!(
+        ops.get("/timers/order-43").await.1["state"],
+        "PAUSED",
+        "outside the prefix"
+    );
+
+    // Errors: JSON, with the right status.
+    let (code, e) = ops.get("/no/such/route").await;
+    assert_eq!(
+        (code, e["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    assert_eq!(
+        ops.get("/timers/never-created").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let (code, e) = ops
+        .post(
+            "/timers",
+            json!({"timer_id": "t", "application": "orders", "at_ms": far, "colour": "red"}),
+        )
+        .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert!(e["reason"].as_str().unwrap().contains("colour"), "{e}");
+    let broken = ops
+        .req(reqwest::Method::POST, "/timers")
+        .header("content-type", "application/json")
+        .body("{not json");
+    assert_eq!(answer(broken).await.0, StatusCode::BAD_REQUEST);
+    let huge = json!({"timer_id": "t", "at_ms": far, "callback": {"payload": "x".repeat(2 << 20)}});
+    let (code, e) = ops.post("/timers", huge).await;
+    assert_eq!(
+        (code, e["error"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("too_large"))
+    );
+    assert_eq!(
+        ops.get("/timers?state=sleeping").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        ops.get("/timers?cursor=nonsense").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        ops.post("/timers/order-43/explode", json!({})).await.0,
+        StatusCode::NOT_FOUND
+    );
+    // Health and metrics need no token.
+    assert_eq!(
+        http.get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    svc.stop().await;
+}
