@@ -38,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Topics(TopicsCommand::Apply(args)) => apply_topics(args).await,
         Command::Send(args) => client::send(args).await,
         Command::Tail(args) => client::tail(args).await,
+        Command::Timers(args) => ktimer::admin::cli::run(args).await,
         Command::Bench(args) => bench::run(args, shutdown::on_signals()).await,
     }
 }

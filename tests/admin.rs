@@ -299,6 +299,36 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
         ops.post("/timers/order-43/explode", json!({})).await.0,
         StatusCode::NOT_FOUND
     );
+    // The command line uses the same routes.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktimer"))
+            .args(["timers", "--admin-url", &base, "--token", OPS])
+            .args(args)
+            .output()
+            .expect("ktimer timers");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, out, err) = cli(&["get", "order-43"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["state"],
+        "PAUSED"
+    );
+    let (ok, out, err) = cli(&["list", "--application", "orders", "--prefix", "order-"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let (ok, out, err) = cli(&["resume", "order-43"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["state"],
+        "SCHEDULED"
+    );
+    let (ok, _, err) = cli(&["get", "never-created"]);
+    assert!(!ok && err.contains("404"), "{err}");
     // Health and metrics need no token.
     assert_eq!(
         http.get(format!("{base}/healthz"))

@@ -3,9 +3,11 @@
 //! - [`timers`]: look-up, history, listing, counts per application, dead letters;
 //! - [`write`]: create, update, pause, resume, cancel and bulk actions, each a command on
 //!   the commands topic ([`commands`] sends it and waits for its result);
-//! - [`access`]: tokens and what they allow; [`error`]: JSON errors.
+//! - [`access`]: tokens and what they allow; [`error`]: JSON errors;
+//! - [`cli`]: `ktimer timers ...`, a client of these routes.
 
 pub mod access;
+pub mod cli;
 pub mod commands;
 pub mod error;
 pub mod timers;

@@ -5,8 +5,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 mod bench;
+mod timers;
 
 pub use bench::{BenchArgs, BenchDue};
+pub use timers::{TimersAction, TimersArgs};
 
 /// ktimer: a Kafka-native distributed timer service.
 ///
@@ -55,6 +57,8 @@ pub enum Command {
     Send(SendArgs),
     /// Print fired records and command results in a readable form.
     Tail(TailArgs),
+    /// Look up, list and act on timers through an instance's admin API.
+    Timers(TimersArgs),
     /// Measure intake rate, fire rate, lateness and Redis memory per timer on fresh
     /// topics, against a pass-through baseline; writes a JSON report and a histogram.
     Bench(BenchArgs),

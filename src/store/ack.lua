@@ -73,7 +73,7 @@ for i = 6, #ARGV do
   end
   local t = a and rec_get(id)
   if t and fire then
-    t.h, t.lx = rec_hist_add(t.h, fire), cmsgpack.pack(fire)
+    rec_fire_push(t, fire)
   end
   if t and t.v == string.sub(member, 1, c1 - 1) and t.st == 'scheduled' then
     if t.p or t.k == 'c' then

@@ -174,8 +174,9 @@ local function apply_one(a)
     -- A timer whose state was written keeps owing its record (field p); one created
     -- again keeps its history.
     local fresh = {v = off, st = 'scheduled', rq = rq_arg, d = ARGV[a + 6], a = app,
-      p = t and t.p, _done = t and t._done, _h = h, _st0 = t and t.st,
-      h = rec_hist_add(t and t.h, entry(a, 'accepted'))}
+      p = t and t.p, _done = t and t._done, _h = h, _st0 = t and t.st, h = t and t.h,
+      lx = t and t.lx}
+    rec_hist_push(fresh, entry(a, 'accepted'))
     local due_arg = ARGV[a + 5]
     if ARGV[a + 4] == 'o' then
       -- The common case: a new one-shot timer.
@@ -216,7 +217,7 @@ local function apply_one(a)
     redis.call('ZREM', KEYS[4], v .. ':' .. t.due .. ':' .. id)
   end
   t.v, t.rq = off, rq_arg
-  t.h = rec_hist_add(t.h, entry(a, 'accepted'))
+  rec_hist_push(t, entry(a, 'accepted'))
   if op ~= 'cancel' then
     -- It goes to the dirty set: its state is written by the next checkpoint.
     t.p = '1'
@@ -263,7 +264,7 @@ while a <= #ARGV do
   deferred = false
   local code, reason, t = apply_one(a)
   if code == 'rejected' and t and t.a == ARGV[a + 13] then
-    t.h = rec_hist_add(t.h, entry(a, 'rejected', reason))
+    rec_hist_push(t, entry(a, 'rejected', reason))
     rec_put(ARGV[a + 2], t)
   end
   if code == 'again' then

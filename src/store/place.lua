@@ -80,10 +80,10 @@ local function rec_done_raw(id, a, where, h, st, fire)
   rec_tally(a[REC_A] or rec_app_of(a[REC_D]), REC_STATES[a[REC_ST]], st)
   a[REC_ST] = REC_STATE_CODE[st]
   if fire then
+    -- A scheduled one-shot timer has no last fire (a create folds an earlier one in).
     for i = #a + 1, REC_LX - 1 do
       a[i] = false
     end
-    a[REC_H] = rec_hist_add(a[REC_H] or nil, fire) or false
     a[REC_LX] = cmsgpack.pack(fire)
   end
   redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)

@@ -10,9 +10,10 @@
 --   it since the partition was last rebuilt (done records expire unseen). Every state
 --   change goes through rec_put or rec_done_raw, which tally it (rec_get remembers the
 --   state read in `_st0`);
--- * a record's history `h` (packed list of entries, rec_hist_add) holds at most the last
---   REC.hist.n entries, none older than REC.hist.ttl ms when it was written; `lx` is the
---   last fire's entry.
+-- * a record's history is `h` (packed list of entries, rec_hist_add), then `lx`, the last
+--   fire's entry (packed), which is not in `h`: the fire path writes `lx` alone, and the
+--   next entry folds it into `h` (rec_hist_push, rec_fire_push). `h` holds at most the
+--   last REC.hist.n entries, none older than REC.hist.ttl ms when it was written.
 -- Every script that calls rec_put, rec_done_raw or rec_live_move calls rec_flush before it
 -- returns.
 -- (`h`: the history; `lx`: the last fire, a history entry.)
@@ -72,6 +73,23 @@ local function rec_hist_add(h, e)
     list = kept
   end
   return cmsgpack.pack(list)
+end
+
+-- Appends entry `e` to the history of timer fields `t` (the last fire folded in first).
+local function rec_hist_push(t, e)
+  if t.lx then
+    t.h = rec_hist_add(t.h, cmsgpack.unpack(t.lx))
+    t.lx = nil
+  end
+  t.h = rec_hist_add(t.h, e)
+end
+
+-- Fire entry `e` becomes the last fire of timer fields `t` (the one before folded in).
+local function rec_fire_push(t, e)
+  if t.lx then
+    t.h = rec_hist_add(t.h, cmsgpack.unpack(t.lx))
+  end
+  t.lx = cmsgpack.pack(e)
 end
 
 -- A timer of application `app` went from state `from` (nil: new) to `to` (written by
