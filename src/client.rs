@@ -91,6 +91,7 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
         SendKind::Pause => CommandKind::Pause,
         SendKind::Resume => CommandKind::Resume,
         SendKind::Cancel => CommandKind::Cancel,
+        SendKind::FireNow => CommandKind::FireNow,
     };
     let creates = matches!(kind, CommandKind::CreateOnce | CommandKind::CreateCron);
     if !creates && a.timer_id.is_none() {

@@ -29,6 +29,10 @@ pub enum CommandKind {
     /// Cancel a timer.
     #[serde(alias = "cancel")]
     Cancel,
+    /// One extra fire now, with its own fire id; the schedule stays as it is. Re-drives
+    /// a dead-lettered timer (while Redis still holds it, `--retention-ms`).
+    #[serde(alias = "fire_now")]
+    FireNow,
 }
 
 impl CommandKind {
@@ -41,6 +45,7 @@ impl CommandKind {
             CommandKind::Resume => "RESUME",
             CommandKind::Update => "UPDATE",
             CommandKind::Cancel => "CANCEL",
+            CommandKind::FireNow => "FIRE_NOW",
         }
     }
 }

@@ -180,7 +180,7 @@ mod spec {
         r#"{"name":"io.ktimer.TimerCommand","type":"record","fields":["#,
         r#"{"name":"request_id","type":"string"},{"name":"timer_id","type":"string"},"#,
         r#"{"name":"application","type":"string"},"#,
-        r#"{"name":"kind","type":{"name":"io.ktimer.CommandKind","type":"enum","symbols":["CREATE_ONCE","CREATE_CRON","PAUSE","RESUME","UPDATE","CANCEL"]}},"#,
+        r#"{"name":"kind","type":{"name":"io.ktimer.CommandKind","type":"enum","symbols":["CREATE_ONCE","CREATE_CRON","PAUSE","RESUME","UPDATE","CANCEL","FIRE_NOW"]}},"#,
         r#"{"name":"at_ms","type":["null","long"]},{"name":"delay_ms","type":["null","long"]},"#,
         r#"{"name":"cron","type":["null","string"]},{"name":"time_zone","type":["null","string"]},"#,
         r#"{"name":"start_ms","type":["null","long"]},{"name":"end_ms","type":["null","long"]},"#,
@@ -204,7 +204,8 @@ mod spec {
         let json = include_str!("../schemas/timer_command.avsc");
         assert_eq!(super::canonical_form(json).unwrap(), TIMER_COMMAND);
         let fp = crc64_avro(TIMER_COMMAND.as_bytes()).to_le_bytes();
-        assert_eq!(fp, [0x36, 0x71, 0x9e, 0x1d, 0x47, 0x6f, 0x81, 0x51]);
+        // fastavro 1.x: fingerprint(to_parsing_canonical_form(...), "CRC-64-AVRO").
+        assert_eq!(fp, [0x06, 0x7f, 0xf8, 0xf3, 0xd6, 0x5a, 0xc4, 0xc9]);
         let codec = crate::codec::Codec::new(None).unwrap();
         let cmd = crate::command::TimerCommand::new(crate::command::CommandKind::Cancel, "t", "r");
         let bytes = codec.encode_command(&cmd, "x").await.unwrap();
@@ -216,8 +217,16 @@ mod spec {
         );
         let schema = apache_avro::Schema::parse_str(json).unwrap();
         let mut old = super::legacy_header(&schema);
-        assert_eq!(old[2..], [0x11, 0x6b, 0x84, 0x5f, 0x45, 0x74, 0xed, 0xac]);
+        assert_eq!(old[2..], [0x06, 0x2a, 0xc8, 0x30, 0xe5, 0x3a, 0x66, 0x0f]);
         old.extend_from_slice(&bytes[10..]);
         assert_eq!(codec.decode_command(&old).await.unwrap(), cmd);
+        // Written with version 1 of the schema (before FIRE_NOW; fastavro's fingerprint).
+        let mut v1 = vec![0xC3, 0x01, 0x36, 0x71, 0x9e, 0x1d, 0x47, 0x6f, 0x81, 0x51];
+        v1.extend_from_slice(&bytes[10..]);
+        assert_eq!(codec.decode_command(&v1).await.unwrap(), cmd);
+        // ... and with apache-avro's header of version 1 (what ktimer 0.1 wrote).
+        let mut v1_legacy = vec![0xC3, 0x01, 0x11, 0x6b, 0x84, 0x5f, 0x45, 0x74, 0xed, 0xac];
+        v1_legacy.extend_from_slice(&bytes[10..]);
+        assert_eq!(codec.decode_command(&v1_legacy).await.unwrap(), cmd);
     }
 }

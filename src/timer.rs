@@ -38,6 +38,12 @@ pub enum Op {
     },
     /// Cancel the timer.
     Cancel,
+    /// One extra fire at `at_ms` (when ktimer accepted the command), its own fire id,
+    /// the schedule unchanged.
+    FireNow {
+        /// When it is due.
+        at_ms: i64,
+    },
 }
 
 impl Op {

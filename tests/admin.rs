@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::TestEnv;
+use common::{once_at, TestEnv};
 use ktimer::now_ms;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
@@ -74,7 +74,14 @@ fn ids(v: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
     let tokens = format!("{OPS},billing={BILLING}");
-    let env = TestEnv::new("admin", 2, &["--admin-token", &tokens]).await;
+    // Records over 20 kB are refused: a timer with large headers dead-letters.
+    let opts = [
+        "--admin-token",
+        &tokens,
+        "--kafka-option",
+        "message.max.bytes=20000",
+    ];
+    let env = TestEnv::new("admin", 2, &opts).await;
     let mut got = env.collect();
     let svc = env.start().await;
     let base = format!("http://{}", svc.status.borrow().admin_addr.unwrap());
@@ -176,6 +183,23 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
         (Some("pause"), Some("accepted"))
     );
 
+    // Fire now: one extra fire of the paused timer, which stays paused.
+    let (code, r) = ops.post("/timers/order-43/fire-now", json!({})).await;
+    assert_eq!(
+        (code, r["state"].as_str()),
+        (StatusCode::OK, Some("PAUSED")),
+        "{r}"
+    );
+    let extra = got.fires_until("order-43", WAIT).await.pop().unwrap();
+    assert!(extra.due_ms < far, "fired now, not at its due: {extra:?}");
+    let t = ops
+        .until("/timers/order-43", |t| {
+            t["last_fire"]["due_ms"] == extra.due_ms
+        })
+        .await;
+    assert_eq!(t["state"], "PAUSED");
+    assert_eq!(t["due_ms"], far, "the schedule is unchanged");
+
     // The fire shows as the last fire and in the history.
     let f = got.fires_until("order-42", WAIT).await.pop().unwrap();
     assert!(f.fired_ms >= due);
@@ -257,6 +281,38 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
         "PAUSED",
         "outside the prefix"
     );
+
+    // Dead letters: listed, and re-driven (here it dead-letters again: still too large).
+    let mut doomed = once_at("doomed", now_ms() + 200, "");
+    let cb = doomed.callback.as_mut().unwrap();
+    cb.payload = vec![b'p'; 10_000];
+    cb.headers = (0..4)
+        .map(|i| (format!("h{i}"), "v".repeat(4_000)))
+        .collect();
+    env.send(&doomed, None).await;
+    let dead = ops
+        .until("/dead-letters?application=test", |v| ids(v) == ["doomed"])
+        .await;
+    assert!(dead["timers"][0]["state"] == "DEAD_LETTERED", "{dead}");
+    assert_eq!(
+        billing.get("/dead-letters?application=test").await.0,
+        StatusCode::FORBIDDEN
+    );
+    let (code, r) = ops
+        .post("/dead-letters/redrive", json!({"application": "test"}))
+        .await;
+    assert_eq!(
+        (code, r["commands"].as_i64()),
+        (StatusCode::ACCEPTED, Some(1)),
+        "{r}"
+    );
+    let fires = |t: &Value| {
+        let h = t["history"].as_array().unwrap();
+        h.iter()
+            .filter(|e| e["type"] == "fire" && e["outcome"] == "dead_lettered")
+            .count()
+    };
+    ops.until("/timers/doomed", |t| fires(t) == 2).await;
 
     // Errors: JSON, with the right status.
     let (code, e) = ops.get("/no/such/route").await;

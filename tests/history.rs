@@ -244,3 +244,70 @@ async fn counts_and_listing_follow_applications_states_and_prefixes() {
         first.len()
     );
 }
+
+#[tokio::test]
+async fn fire_now_adds_one_extra_fire_and_leaves_the_schedule_alone() {
+    let mut w = World::new("firenow").await;
+    let due = T0 + 600_000;
+    w.apply(once("app", "f", due), T0).await;
+    let now = T0 + 50;
+    let req = w.request(op("app", CommandKind::FireNow, "f"), now);
+    let (a, _) = w.store.apply(&[req.clone()], &[], now).await.unwrap();
+    assert_eq!(a[0].outcome, ApplyOutcome::Accepted, "{a:?}");
+    assert_eq!(a[0].state, Some(TimerState::Scheduled));
+    // The same record again (a replay) adds nothing.
+    let (a, _) = w.store.apply(&[req], &[], now).await.unwrap();
+    assert_eq!(a[0].outcome, ApplyOutcome::Duplicate, "{a:?}");
+
+    let c = w.claim(now, now).await;
+    assert_eq!(c.fires.len(), 1, "one extra fire: {c:?}");
+    let extra = &c.fires[0];
+    assert_eq!((extra.timer_id.as_str(), extra.due_ms), ("f", now));
+    assert!(extra.version < 0, "its own fire id: {extra:?}");
+    // Claimed but not acknowledged: a new owner re-drives it.
+    let (_, members) = w.store.in_flight_page(0, 0).await.unwrap();
+    let again = w
+        .store
+        .recover(0, w.epoch, &members, now, now)
+        .await
+        .unwrap();
+    assert_eq!(again.len(), 1, "{again:?}");
+    let ack = format!("{}\t{}\t1", extra.member, now + 2);
+    w.store.ack(0, w.epoch, &[ack]).await.unwrap();
+
+    let t = w.store.timer(0, "f").await.unwrap().unwrap();
+    assert_eq!(
+        (t.state, t.due_ms),
+        (Some(TimerState::Scheduled), Some(due)),
+        "schedule unchanged"
+    );
+    let Some(HistoryEntry::Fire { due_ms, .. }) = &t.last_fire else {
+        panic!("{t:?}")
+    };
+    assert_eq!(*due_ms, now);
+    assert!(
+        matches!(&t.history[1], HistoryEntry::Command { op: "fire_now", .. }),
+        "{:?}",
+        t.history
+    );
+    // The scheduled fire still comes, once, with the timer's own version.
+    let c = w.claim(due, due).await;
+    assert_eq!(c.fires.len(), 1);
+    assert!(c.fires[0].version > 0);
+
+    // Paused or dead-lettered: the extra fire goes out all the same (a re-drive).
+    w.apply(once("app", "p", due), T0).await;
+    w.apply(op("app", CommandKind::Pause, "p"), T0).await;
+    w.apply(once("app", "dl", T0 + 100), T0).await;
+    let c = w.claim(T0 + 100, T0 + 100).await;
+    let dead = format!("!{}\t{}\t3\nrefused", c.fires[0].member, T0 + 120);
+    w.store.ack(0, w.epoch, &[dead]).await.unwrap();
+    for id in ["p", "dl"] {
+        let a = w.apply(op("app", CommandKind::FireNow, id), T0 + 200).await;
+        assert_eq!(a.outcome, ApplyOutcome::Accepted, "{id}: {a:?}");
+    }
+    let fired = w.claim_all(T0 + 200).await;
+    assert_eq!(fired.keys().collect::<Vec<_>>(), ["dl", "p"], "{fired:?}");
+    let unknown = w.apply(op("app", CommandKind::FireNow, "nobody"), T0).await;
+    assert_eq!(unknown.outcome, ApplyOutcome::Rejected);
+}

@@ -1,4 +1,4 @@
-//! `ktimer timers get | list | history | pause | resume | cancel | apps`: a client of the
+//! `ktimer timers get | list | history | pause | resume | cancel | fire-now | apps`: a client of the
 //! admin API, so the command line, the console and scripts share one path.
 
 use crate::config::{TimersAction, TimersArgs};
@@ -22,6 +22,7 @@ pub async fn run(args: TimersArgs) -> anyhow::Result<()> {
         TimersAction::Pause { id } => act(&api, &id, "pause").await?,
         TimersAction::Resume { id } => act(&api, &id, "resume").await?,
         TimersAction::Cancel { id } => act(&api, &id, "cancel").await?,
+        TimersAction::FireNow { id } => act(&api, &id, "fire-now").await?,
         TimersAction::List {
             application,
             state,

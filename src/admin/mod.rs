@@ -4,11 +4,13 @@
 //! - [`write`]: create, update, pause, resume, cancel and bulk actions, each a command on
 //!   the commands topic ([`commands`] sends it and waits for its result);
 //! - [`access`]: tokens and what they allow; [`error`]: JSON errors;
-//! - [`cli`]: `ktimer timers ...`, a client of these routes.
+//! - [`cli`]: `ktimer timers ...`, and [`console`]: the web console, clients of these
+//!   routes.
 
 pub mod access;
 pub mod cli;
 pub mod commands;
+pub mod console;
 pub mod error;
 pub mod timers;
 pub mod write;
@@ -56,6 +58,10 @@ pub async fn serve(
     token: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
     let app = Router::new()
+        .route("/", get(console::root))
+        .route("/console/", get(console::index))
+        .route("/console/app.js", get(console::script))
+        .route("/console/app.css", get(console::style))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
@@ -66,6 +72,7 @@ pub async fn serve(
         .route("/timers/{id}/{action}", post(write::act))
         .route("/applications", get(timers::applications))
         .route("/dead-letters", get(timers::dead_letters))
+        .route("/dead-letters/redrive", post(write::redrive))
         .route("/bulk/{action}", post(write::bulk))
         .fallback(error::no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

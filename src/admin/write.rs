@@ -1,5 +1,5 @@
-//! The admin API's write routes: create, update, pause, resume, cancel, and bulk pause,
-//! resume or cancel by application and id prefix. Each is a command on the commands
+//! The admin API's write routes: create, update, pause, resume, cancel, fire now, bulk
+//! pause, resume or cancel by application and id prefix, and re-driving dead letters. Each is a command on the commands
 //! topic ([`super::commands`]); the answer is its result (200, or 409 when rejected),
 //! or 202 with the request id when the caller asked not to wait (`?wait=false`) or the
 //! result did not come in time.
@@ -145,19 +145,20 @@ pub async fn update(
     .await
 }
 
-/// The kind of a `pause`, `resume` or `cancel` route.
+/// The kind of a `pause`, `resume`, `cancel` or `fire-now` route.
 fn action(name: &str) -> Result<CommandKind, ApiError> {
     match name {
         "pause" => Ok(CommandKind::Pause),
         "resume" => Ok(CommandKind::Resume),
         "cancel" => Ok(CommandKind::Cancel),
+        "fire-now" => Ok(CommandKind::FireNow),
         other => Err(ApiError::not_found(format!(
-            "no action {other:?} (pause, resume, cancel)"
+            "no action {other:?} (pause, resume, cancel, fire-now)"
         ))),
     }
 }
 
-/// `POST /timers/{id}/{pause|resume|cancel}`.
+/// `POST /timers/{id}/{pause|resume|cancel|fire-now}`.
 pub async fn act(
     State(s): State<Arc<AdminState>>,
     headers: HeaderMap,
@@ -200,7 +201,8 @@ pub async fn bulk(
     let states: &[TimerState] = match kind {
         CommandKind::Pause => &[TimerState::Scheduled],
         CommandKind::Resume => &[TimerState::Paused],
-        _ => &[TimerState::Scheduled, TimerState::Paused],
+        CommandKind::Cancel => &[TimerState::Scheduled, TimerState::Paused],
+        _ => return Err(ApiError::not_found("bulk actions: pause, resume, cancel")),
     };
     let mut sent = 0usize;
     for st in states {
@@ -211,21 +213,65 @@ pub async fn bulk(
             dead_letters: false,
             limit: 1_000,
         };
-        let mut cursor: Option<String> = None;
-        loop {
-            let (timers, next) = page(&s, cursor.as_deref(), &f).await?;
-            for t in timers {
-                let mut cmd = TimerCommand::new(kind, &t.timer_id, &request_id());
-                cmd.application = app.clone();
-                send(&s, &scope, cmd, false).await?;
-                sent += 1;
-            }
-            match next {
-                Some(n) if sent < BULK_MAX => cursor = Some(n),
-                _ => break,
-            }
-        }
+        sent += send_each(&s, &scope, &f, kind, BULK_MAX - sent).await?;
     }
     let body = json!({"action": name, "application": app, "prefix": b.prefix, "commands": sent});
+    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+}
+
+/// Sends a command of `kind` for each timer listed with `f` (at most `most`), without
+/// waiting for results; how many.
+async fn send_each(
+    s: &AdminState,
+    scope: &Scope,
+    f: &ListFilter,
+    kind: CommandKind,
+    most: usize,
+) -> Result<usize, ApiError> {
+    let mut sent = 0usize;
+    let mut cursor: Option<String> = None;
+    loop {
+        let (timers, next) = page(s, cursor.as_deref(), f).await?;
+        for t in timers.into_iter().take(most - sent) {
+            let mut cmd = TimerCommand::new(kind, &t.timer_id, &request_id());
+            cmd.application = t.application;
+            send(s, scope, cmd, false).await?;
+            sent += 1;
+        }
+        match next {
+            Some(n) if sent < most => cursor = Some(n),
+            _ => return Ok(sent),
+        }
+    }
+}
+
+/// The body of a re-drive request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveBody {
+    application: Option<String>,
+}
+
+/// `POST /dead-letters/redrive` with `{"application": ...}`: one extra fire (FIRE_NOW) of
+/// every timer of the application with dead-lettered fires (one timer: `POST
+/// /timers/{id}/fire-now`); answers 202 with the count.
+pub async fn redrive(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    body: Result<Json<RedriveBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(b) = body?;
+    let scope = s.access.scope(&headers, Need::Write)?;
+    let app = scope
+        .application(b.application)?
+        .ok_or_else(|| ApiError::bad_request("application is required"))?;
+    let f = ListFilter {
+        application: Some(app.clone()),
+        dead_letters: true,
+        limit: 1_000,
+        ..Default::default()
+    };
+    let sent = send_each(&s, &scope, &f, CommandKind::FireNow, BULK_MAX).await?;
+    let body = json!({"action": "redrive", "application": app, "commands": sent});
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }

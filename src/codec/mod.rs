@@ -93,11 +93,26 @@ struct Built {
     header: Vec<u8>,
     /// apache-avro's header (written by ktimer before 0.2), still read.
     legacy: Vec<u8>,
+    /// Headers (both kinds) of earlier versions of the schema whose datums read as this
+    /// one's: versions that differ only by enum symbols added at the end.
+    previous: Vec<Vec<u8>>,
     reader: GenericDatumReader<'static>,
     writer: GenericDatumWriter<'static>,
 }
 
 impl Built {
+    /// The schema `json`, reading single objects written with `previous` versions too.
+    fn with_previous(json: &'static str, previous: &[&str]) -> Built {
+        let mut b = Built::new(json);
+        for p in previous {
+            let schema = Schema::parse_str(p).expect("previous schema parses");
+            b.previous
+                .push(crate::fingerprint::header(p).expect("previous schema fingerprints"));
+            b.previous.push(crate::fingerprint::legacy_header(&schema));
+        }
+        b
+    }
+
     fn new(json: &'static str) -> Built {
         let schema: &'static Schema = Box::leak(Box::new(
             Schema::parse_str(json).expect("built-in schema parses"),
@@ -107,6 +122,7 @@ impl Built {
             json,
             header: crate::fingerprint::header(json).expect("built-in schema fingerprints"),
             legacy: crate::fingerprint::legacy_header(schema),
+            previous: Vec::new(),
             reader: GenericDatumReader::builder(schema).build().expect("reader"),
             writer: GenericDatumWriter::builder(schema).build().expect("writer"),
         }
@@ -144,7 +160,12 @@ impl Built {
     fn read_single<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, CodecError> {
         let rest = bytes
             .strip_prefix(self.header.as_slice())
-            .or_else(|| bytes.strip_prefix(self.legacy.as_slice()));
+            .or_else(|| bytes.strip_prefix(self.legacy.as_slice()))
+            .or_else(|| {
+                self.previous
+                    .iter()
+                    .find_map(|h| bytes.strip_prefix(h.as_slice()))
+            });
         match rest {
             Some(rest) => self.read_datum(rest),
             None if bytes.len() < self.header.len() => Err(CodecError::Malformed(
@@ -187,7 +208,11 @@ pub const MAX_ALLOCATION_BYTES: usize = 4 << 20;
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
     apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
     Schemas {
-        command: Built::new(include_str!("../../schemas/timer_command.avsc")),
+        // Version 1 lacked FIRE_NOW (added at the end of CommandKind).
+        command: Built::with_previous(
+            include_str!("../../schemas/timer_command.avsc"),
+            &[include_str!("../../schemas/previous/timer_command.v1.avsc")],
+        ),
         result: Built::new(include_str!("../../schemas/command_result.avsc")),
         fired: Built::new(include_str!("../../schemas/fired_event.avsc")),
         stored: Built::new(include_str!("../../schemas/stored_timer.avsc")),

@@ -264,6 +264,8 @@ pub enum SendKind {
     Resume,
     /// Cancel --timer-id.
     Cancel,
+    /// One extra fire of --timer-id now (the schedule unchanged; re-drives a dead letter).
+    FireNow,
 }
 
 /// Misfire policy flag of `ktimer send`.

@@ -65,6 +65,11 @@ pub enum TimersAction {
         /// Timer id.
         id: String,
     },
+    /// One extra fire now (the schedule unchanged; re-drives a dead-lettered timer).
+    FireNow {
+        /// Timer id.
+        id: String,
+    },
     /// Counts per application and state.
     Apps,
 }

@@ -89,6 +89,7 @@ fn wake(o: &Running, req: &ApplyRequest, a: &Applied) {
             }
         }
         Op::Pause | Op::Cancel => o.trigger.gate.block(&req.timer_id, req.offset),
+        Op::FireNow { at_ms } => o.trigger.wake.due(*at_ms),
         Op::Resume { .. } => {
             o.migrator.wake.notify_one();
             if let Some(d) = a.due_ms {

@@ -8,9 +8,9 @@
 --       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
 --       6 defer ms, 7 the partition's key prefix (timer records, record.lua), 8 history
 --       entries kept per timer, 9 history TTL ms, then per command a group:
---       +0 command offset, +1 op (create | update | pause | resume | cancel), +2 timer id,
---       +3 request id, +4 kind (o one-shot | c cron), +5 due ms (one-shot due, or first
---       cron occurrence), +6 stored definition ('' keeps the current one on update),
+--       +0 command offset, +1 op (create | update | pause | resume | cancel | fire), +2 timer id,
+--       +3 request id, +4 kind (o one-shot | c cron), +5 due ms (one-shot due, first
+--       cron occurrence, or the extra fire's), +6 stored definition ('' keeps the current one on update),
 --       +7 cron spec (JSON), +8 misfire (once | all | skip), +9 max fires (''),
 --       +10 materialised through ms, +11 next materialisation ms ('' when the schedule is
 --       exhausted), +12 origin ms (resume), +13 application, +14 most live timers the
@@ -42,6 +42,10 @@
 --   goes straight to the deferred sets instead (checkpoint.lua);
 -- * a live timer in the dirty set carries p (its state is owed to the state topic, and
 --   then a tombstone when it ends): set here, so a checkpoint never rewrites the record;
+-- * a fire (FIRE_NOW) of a timer Redis holds, in any state, adds one extra fire: slice
+--   member "\1-offset:due:id" (a negative version: never stale, no state change, its own
+--   fire id); the timer keeps the offset in `fo`, so the same command applied again is a
+--   duplicate; neither its version nor its schedule changes;
 -- * every command accepted, and every one rejected that names a timer of its own
 --   application, is an entry of the timer's history (record.lua); a duplicate is not.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -52,7 +56,7 @@ if tonumber(redis.call('GET', KEYS[2]) or '-1') < tonumber(ARGV[4]) then
 end
 rec_init(ARGV[7], ARGV[2], KEYS[9])
 rec_history(ARGV[8], ARGV[9])
-local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1}
+local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1, fire = 1}
 local out = {}
 local top = -1
 local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
@@ -147,6 +151,19 @@ local function apply_one(a)
     return 'rejected', 'timer belongs to another application', t
   end
   local v, st = t and t.v, t and t.st
+  if op == 'fire' then
+    if not v then
+      return 'rejected', 'unknown timer', t
+    end
+    if t.fo and noff <= tonumber(t.fo) then
+      return 'duplicate', 'this fire was applied already', t
+    end
+    t.fo = off
+    rec_hist_push(t, entry(a, 'accepted'))
+    slice_add(ARGV[a + 5], '\1-' .. off .. ':' .. ARGV[a + 5] .. ':' .. id)
+    rec_put(id, t)
+    return 'accepted', '', t
+  end
   if v then
     if t.rq == rq_arg and tonumber(v) == noff then
       -- This very record, applied again (a reply lost to a client timeout, or a replay):

@@ -208,7 +208,10 @@ fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<()
         }
         None => {
             out.push("");
-            out.push("");
+            out.push(match r.op {
+                Op::FireNow { at_ms } => at_ms.to_string(),
+                _ => String::new(),
+            });
             out.push(def);
             (0..5).for_each(|_| out.push(""));
         }
@@ -235,6 +238,7 @@ fn op_name(op: &Op) -> &'static str {
         Op::Pause => "pause",
         Op::Resume { .. } => "resume",
         Op::Cancel => "cancel",
+        Op::FireNow { .. } => "fire",
     }
 }
 

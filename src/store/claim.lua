@@ -70,6 +70,14 @@ local function take(member, m)
   local ver = string.sub(member, 2, c1 - 1)
   local due = string.sub(member, c1 + 1, c2 - 1)
   local id = string.sub(member, c2 + 1)
+  if string.byte(ver, 1) == 45 then
+    -- An extra fire (FIRE_NOW): delivered whatever the timer's state, while Redis holds it.
+    local a = rec_raw(id)
+    if a and a[REC_D] then
+      return string.sub(member, 2), a[REC_D]
+    end
+    return nil
+  end
   local t = rec_get(id)
   if t and t.v == ver and t.st == 'scheduled' and t.k == 'c' and cron_take(t, due, id) then
     return string.sub(member, 2), t.d

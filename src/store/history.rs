@@ -4,7 +4,9 @@
 use serde::Serialize;
 
 /// Operations of command entries, by their code in `record.lua` (`HIST_OPS`).
-const OPS: [&str; 6] = ["unknown", "create", "update", "pause", "resume", "cancel"];
+const OPS: [&str; 7] = [
+    "unknown", "create", "update", "pause", "resume", "cancel", "fire_now",
+];
 
 /// How an entry ended (`HIST_OUTCOMES` in `record.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -40,7 +42,7 @@ pub enum HistoryEntry {
     Command {
         /// When ktimer applied it, Unix ms.
         at_ms: i64,
-        /// `create`, `update`, `pause`, `resume` or `cancel`.
+        /// `create`, `update`, `pause`, `resume`, `cancel` or `fire_now`.
         op: &'static str,
         /// Accepted or rejected.
         outcome: EntryOutcome,

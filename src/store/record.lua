@@ -17,8 +17,9 @@
 -- Every script that calls rec_put, rec_done_raw or rec_live_move calls rec_flush before it
 -- returns.
 -- (`h`: the history; `lx`: the last fire, a history entry.)
+-- (`fo`: the offset of the last FIRE_NOW applied.)
 local REC_FIELDS = {'v', 'st', 'rq', 'k', 'due', 'a', 'd', 'p', 'h', 'sc', 'mp', 'mx', 'n', 'hz',
-  'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx', 'lx'}
+  'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx', 'lx', 'fo'}
 local REC_STATES = {'scheduled', 'paused', 'fired', 'cancelled', 'completed', 'dead_lettered'}
 local REC_STATE_CODE = {}
 for i, s in ipairs(REC_STATES) do
@@ -48,7 +49,7 @@ end
 -- {HIST_COMMAND, at ms, op, outcome, offset, request id (true: the timer id), reason};
 -- a fire entry: {HIST_FIRE, fired ms, due ms, attempt, outcome, reason}.
 local HIST_COMMAND, HIST_FIRE = 1, 2
-local HIST_OPS = {create = 1, update = 2, pause = 3, resume = 4, cancel = 5}
+local HIST_OPS = {create = 1, update = 2, pause = 3, resume = 4, cancel = 5, fire = 6}
 local HIST_OUTCOMES = {accepted = 1, rejected = 2, delivered = 3, dead_lettered = 4}
 
 -- Packed history `h` (nil: empty) with entry `e` appended, `e[2]` its time in ms: the
@@ -178,6 +179,7 @@ local function rec_pack(id, t)
     t.dlr or false,
     t.dlx or false,
     t.lx or false,
+    t.fo or false,
   }
   local n = #REC_FIELDS
   while n > 1 and a[n] == false do
@@ -213,6 +215,7 @@ local function rec_fields(id, a)
     dlr = a[21] or nil,
     dlx = a[22] or nil,
     lx = a[23] or nil,
+    fo = a[24] or nil,
   }
 end
 

@@ -23,7 +23,12 @@ for i = 6, #ARGV do
     local t = rec_get(id)
     -- 'completed': the last fire of a cron timer was acknowledged before earlier ones.
     local keep = t and t.v == string.sub(member, 1, c1 - 1) and (t.st == 'scheduled' or t.st == 'completed')
-    if keep and t.k == 'c' and tonumber(due) < missed_before and not missed_fires(t, tonumber(due), ARGV[4]) then
+    -- An extra fire (FIRE_NOW, a negative version) is re-driven whatever the state.
+    local extra = t and string.byte(member, 1) == 45
+    if extra then
+      keep = true
+    end
+    if keep and not extra and t.k == 'c' and tonumber(due) < missed_before and not missed_fires(t, tonumber(due), ARGV[4]) then
       -- Counted when claimed; it will not fire after all.
       t.n = string.format('%d', tonumber(t.n or '0') - 1)
       if t.fin == due and t.st == 'scheduled' then

@@ -23,9 +23,10 @@ impl Gate {
         *v = (*v).max(version);
     }
 
-    /// Whether a fire of `timer_id` at `version` is stale.
+    /// Whether a fire of `timer_id` at `version` is stale. An extra fire (FIRE_NOW, a
+    /// negative version) never is: it was asked for explicitly.
     pub fn blocks(&self, timer_id: &str, version: i64) -> bool {
-        self.lock().get(timer_id).is_some_and(|&v| version < v)
+        version >= 0 && self.lock().get(timer_id).is_some_and(|&v| version < v)
     }
 
     /// Forgets entries of timers the trigger holds no fire of. Claims that ran before a

@@ -138,6 +138,7 @@ pub fn validate(
             origin_ms: record_ts_ms,
         }),
         CommandKind::Cancel => Ok(Op::Cancel),
+        CommandKind::FireNow => Ok(Op::FireNow { at_ms: now_ms }),
     }
 }
 
