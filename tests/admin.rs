@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{once_at, TestEnv};
+use common::{undeliverable, TestEnv};
 use ktimer::now_ms;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
@@ -283,13 +283,8 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
     );
 
     // Dead letters: listed, and re-driven (here it dead-letters again: still too large).
-    let mut doomed = once_at("doomed", now_ms() + 200, "");
-    let cb = doomed.callback.as_mut().unwrap();
-    cb.payload = vec![b'p'; 10_000];
-    cb.headers = (0..4)
-        .map(|i| (format!("h{i}"), "v".repeat(4_000)))
-        .collect();
-    env.send(&doomed, None).await;
+    env.send(&undeliverable("doomed", now_ms() + 200), None)
+        .await;
     let dead = ops
         .until("/dead-letters?application=test", |v| ids(v) == ["doomed"])
         .await;

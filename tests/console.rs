@@ -43,7 +43,9 @@ async fn browser() -> Client {
         "browserName": "chrome",
         "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args},
     });
-    let serde_json::Value::Object(caps) = caps else { unreachable!() };
+    let serde_json::Value::Object(caps) = caps else {
+        unreachable!()
+    };
     ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{port}"))
@@ -60,7 +62,10 @@ async fn until_text(c: &Client, css: &str, text: &str) {
                 return;
             }
         }
-        assert!(tokio::time::Instant::now() < end, "{css} never showed {text:?}");
+        assert!(
+            tokio::time::Instant::now() < end,
+            "{css} never showed {text:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -82,7 +87,8 @@ async fn the_console_pauses_a_timer_with_its_button_and_the_timer_does_not_fire(
     // Created once the browser is up: due soon, so a pause that did not work shows.
     let due = now_ms() + 8_000;
     env.send(&once_at("console-1", due, "x"), Some(0)).await;
-    env.send(&once_at("console-2", due + 600_000, "y"), Some(0)).await;
+    env.send(&once_at("console-2", due + 600_000, "y"), Some(0))
+        .await;
     got.results(2, WAIT).await;
 
     c.goto(&format!("{base}/")).await.unwrap();
@@ -92,12 +98,25 @@ async fn the_console_pauses_a_timer_with_its_button_and_the_timer_does_not_fire(
         .await
         .expect("the timer in the console's list");
     // Search by prefix, as a person would.
-    let prefix = c.find(Locator::Css(r#"input[name="prefix"]"#)).await.unwrap();
+    let prefix = c
+        .find(Locator::Css(r#"input[name="prefix"]"#))
+        .await
+        .unwrap();
     prefix.send_keys("console-1").await.unwrap();
-    c.find(Locator::Id("search")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Id("search"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     until_text(&c, "#timers tr.timer td:nth-child(3)", "SCHEDULED").await;
     screenshot(&c, "list").await;
-    c.find(Locator::Css(r#"a.timer-link"#)).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css(r#"a.timer-link"#))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     until_text(&c, "#timer-state", "SCHEDULED").await;
     c.find(Locator::Css(r#"button[data-action="pause"]"#))
         .await

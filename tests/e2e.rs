@@ -289,13 +289,7 @@ async fn an_undeliverable_fire_goes_to_the_dead_letter_topic_and_blocks_nothing(
             .expect("dead-letter consumer");
     let svc = env.start().await;
     let due = now_ms() + 1_500;
-    let mut doomed = once_at("doomed", due, "");
-    let cb = doomed.callback.as_mut().unwrap();
-    cb.payload = vec![b'p'; 10_000];
-    cb.headers = (0..4)
-        .map(|i| (format!("h{i}"), "v".repeat(4_000)))
-        .collect();
-    env.send(&doomed, None).await;
+    env.send(&common::undeliverable("doomed", due), None).await;
     env.send(&once_at("fine", due + 50, ""), None).await;
     let rs = got.results(2, WAIT).await;
     assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted), "{rs:?}");

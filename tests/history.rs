@@ -252,7 +252,11 @@ async fn fire_now_adds_one_extra_fire_and_leaves_the_schedule_alone() {
     w.apply(once("app", "f", due), T0).await;
     let now = T0 + 50;
     let req = w.request(op("app", CommandKind::FireNow, "f"), now);
-    let (a, _) = w.store.apply(std::slice::from_ref(&req), &[], now).await.unwrap();
+    let (a, _) = w
+        .store
+        .apply(std::slice::from_ref(&req), &[], now)
+        .await
+        .unwrap();
     assert_eq!(a[0].outcome, ApplyOutcome::Accepted, "{a:?}");
     assert_eq!(a[0].state, Some(TimerState::Scheduled));
     // The same record again (a replay) adds nothing.

@@ -79,8 +79,27 @@ pub async fn list(
     headers: HeaderMap,
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(q) = q?;
-    let scope = s.access.scope(&headers, Need::Read)?;
+    listing(&s, &headers, q?.0, false).await
+}
+
+/// `GET /dead-letters?application=&cursor=&limit=`: the same, of the timers with
+/// dead-lettered fires.
+pub async fn dead_letters(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    listing(&s, &headers, q?.0, true).await
+}
+
+/// A page of the timers `q` asks for (only those with dead letters when `dead`).
+async fn listing(
+    s: &AdminState,
+    headers: &HeaderMap,
+    q: ListQuery,
+    dead: bool,
+) -> Result<Json<Value>, ApiError> {
+    let scope = s.access.scope(headers, Need::Read)?;
     let state = match q.state.as_deref() {
         None | Some("") => None,
         Some(st) => Some(TimerState::parse(st).ok_or_else(|| {
@@ -91,10 +110,10 @@ pub async fn list(
         application: scope.application(q.application)?,
         state,
         id_prefix: q.prefix,
-        dead_letters: false,
+        dead_letters: dead,
         limit: q.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
     };
-    let (timers, next) = page(&s, q.cursor.as_deref(), &f).await?;
+    let (timers, next) = page(s, q.cursor.as_deref(), &f).await?;
     Ok(Json(json!({"timers": timers, "cursor": next})))
 }
 
@@ -146,33 +165,6 @@ pub async fn applications(
         }
     }
     Ok(Json(json!({ "applications": apps })))
-}
-
-/// The query of the dead-letter listing.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DeadQuery {
-    application: Option<String>,
-    cursor: Option<String>,
-    limit: Option<usize>,
-}
-
-/// `GET /dead-letters?application=&cursor=&limit=`: timers with dead-lettered fires.
-pub async fn dead_letters(
-    State(s): State<Arc<AdminState>>,
-    headers: HeaderMap,
-    q: Result<Query<DeadQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let Query(q) = q?;
-    let scope = s.access.scope(&headers, Need::Read)?;
-    let f = ListFilter {
-        application: scope.application(q.application)?,
-        dead_letters: true,
-        limit: q.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
-        ..Default::default()
-    };
-    let (timers, next) = page(&s, q.cursor.as_deref(), &f).await?;
-    Ok(Json(json!({"timers": timers, "cursor": next})))
 }
 
 /// The JSON of a looked-up timer.

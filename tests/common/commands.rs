@@ -19,6 +19,18 @@ pub fn once_at(timer_id: &str, at_ms: i64, payload: &str) -> TimerCommand {
     }
 }
 
+/// A one-shot create whose fired record (26 kB of payload and headers) a producer with
+/// `message.max.bytes=20000` refuses: no retry can deliver it, so it is dead-lettered.
+pub fn undeliverable(timer_id: &str, at_ms: i64) -> TimerCommand {
+    let mut doomed = once_at(timer_id, at_ms, "");
+    let cb = doomed.callback.as_mut().unwrap();
+    cb.payload = vec![b'p'; 10_000];
+    cb.headers = (0..4)
+        .map(|i| (format!("h{i}"), "v".repeat(4_000)))
+        .collect();
+    doomed
+}
+
 /// A cancel command.
 pub fn cancel(timer_id: &str) -> TimerCommand {
     TimerCommand {

@@ -22,6 +22,6 @@ pub mod store;
 pub mod world;
 
 pub use collected::{Collected, Fired};
-pub use commands::{cancel, cron, lifecycle, once_at};
+pub use commands::{cancel, cron, lifecycle, once_at, undeliverable};
 pub use env::{InProcess, TestEnv};
 pub use servers::{free_port, servers, spawn_server, tansu_bin, unique, wait_for_port, Servers};
