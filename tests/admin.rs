@@ -35,6 +35,9 @@ impl Api {
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         answer(self.req(reqwest::Method::POST, path).json(&body)).await
     }
+    async fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        answer(self.req(reqwest::Method::PUT, path).json(&body)).await
+    }
     /// GETs `path` until `ok` holds for the answer (what an instance does is asynchronous).
     async fn until(&self, path: &str, ok: impl Fn(&Value) -> bool) -> Value {
         let end = tokio::time::Instant::now() + WAIT;
@@ -96,6 +99,7 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
     // Create: the answer is the command's result.
     let due = now_ms() + 1_500;
     let far = now_ms() + 600_000;
+    let order = |id: &str, at: i64| json!({"timer_id": id, "application": "orders", "at_ms": at});
     let body = json!({"timer_id": "order-42", "application": "orders", "at_ms": due,
         "callback": {"payload": "close order 42"}});
     let (code, r) = ops.post("/timers", body).await;
@@ -104,12 +108,7 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
         (r["outcome"].as_str(), r["state"].as_str()),
         (Some("ACCEPTED"), Some("SCHEDULED"))
     );
-    let (code, r) = ops
-        .post(
-            "/timers",
-            json!({"timer_id": "order-43", "application": "orders", "at_ms": far}),
-        )
-        .await;
+    let (code, r) = ops.post("/timers", order("order-43", far)).await;
     assert_eq!(code, StatusCode::OK, "{r}");
     // A scoped token creates in its application without naming it.
     let (code, r) = billing
@@ -121,29 +120,14 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
         "{r}"
     );
     // ... and nowhere else.
-    let (code, _) = billing
-        .post(
-            "/timers",
-            json!({"timer_id": "x", "application": "orders", "at_ms": far}),
-        )
-        .await;
+    let (code, _) = billing.post("/timers", order("x", far)).await;
     assert_eq!(code, StatusCode::FORBIDDEN);
     // Not waiting: 202 and the request id.
-    let (code, r) = ops
-        .post(
-            "/timers?wait=false",
-            json!({"timer_id": "order-44", "application": "orders", "at_ms": far}),
-        )
-        .await;
+    let (code, r) = ops.post("/timers?wait=false", order("order-44", far)).await;
     assert_eq!(code, StatusCode::ACCEPTED, "{r}");
     assert!(r["request_id"].as_str().unwrap().starts_with("admin-"));
     // A rejected command: 409 with the reason.
-    let (code, r) = ops
-        .post(
-            "/timers",
-            json!({"timer_id": "order-43", "application": "orders", "at_ms": far}),
-        )
-        .await;
+    let (code, r) = ops.post("/timers", order("order-43", far)).await;
     assert_eq!(code, StatusCode::CONFLICT, "{r}");
     assert!(r["reason"].as_str().unwrap().contains("scheduled"), "{r}");
 
@@ -215,6 +199,13 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
         .until("/timers?application=orders", |v| ids(v).len() == 3)
         .await;
     assert_eq!(ids(&all), ["order-42", "order-43", "order-44"]);
+    // Update (order-44 was created without waiting: the listing shows it applied).
+    let (code, r) = ops.put("/timers/order-44", json!({"at_ms": far + 1})).await;
+    assert_eq!(
+        (code, r["due_ms"].as_i64()),
+        (StatusCode::OK, Some(far + 1)),
+        "{r}"
+    );
     let paused = ops.get("/timers?application=orders&state=paused").await.1;
     assert_eq!(ids(&paused), ["order-43"]);
     assert_eq!(ids(&billing.get("/timers").await.1), ["inv-1"]);
