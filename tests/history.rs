@@ -315,3 +315,38 @@ async fn fire_now_adds_one_extra_fire_and_leaves_the_schedule_alone() {
     let unknown = w.apply(op("app", CommandKind::FireNow, "nobody"), T0).await;
     assert_eq!(unknown.outcome, ApplyOutcome::Rejected);
 }
+
+#[tokio::test]
+async fn a_new_timer_create_entry_survives_the_commands_that_follow() {
+    let mut w = World::new("histcreate").await;
+    let due = T0 + 600_000;
+    w.apply(once("app", "u", due), T0).await;
+    let update = TimerCommand {
+        at_ms: Some(due + 60_000),
+        ..op("app", CommandKind::Update, "u")
+    };
+    assert_eq!(
+        w.apply(update, T0 + 5).await.outcome,
+        ApplyOutcome::Accepted
+    );
+    let t = w.store.timer(0, "u").await.unwrap().unwrap();
+    let got: Vec<_> = t
+        .history
+        .iter()
+        .map(|e| match e {
+            HistoryEntry::Command {
+                op,
+                at_ms,
+                offset,
+                request_id,
+                ..
+            } => (*op, *at_ms, *offset, request_id.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let want = [
+        ("create", T0, 1, "r1".to_string()),
+        ("update", T0 + 5, 2, "r2".to_string()),
+    ];
+    assert_eq!(got, want);
+}

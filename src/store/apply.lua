@@ -193,8 +193,13 @@ local function apply_one(a)
     local fresh = {v = off, st = 'scheduled', rq = rq_arg, d = ARGV[a + 6], a = app,
       p = t and t.p, _done = t and t._done, _h = h, _st0 = t and t.st, h = t and t.h,
       lx = t and t.lx}
-    rec_hist_push(fresh, entry(a, 'accepted'))
     local due_arg = ARGV[a + 5]
+    if not t and ARGV[a + 4] == 'o' and REC.hist and REC.hist.n > 0 then
+      -- A new one-shot timer: the short form of its create (record.lua).
+      fresh.h = cmsgpack.pack({{HIST_CREATED, tonumber(due_arg) - tonumber(ARGV[5])}})
+    else
+      rec_hist_push(fresh, entry(a, 'accepted'))
+    end
     if ARGV[a + 4] == 'o' then
       -- The common case: a new one-shot timer.
       fresh.k, fresh.due = 'o', due_arg
@@ -233,8 +238,8 @@ local function apply_one(a)
     slice_remove(t.due, id)
     redis.call('ZREM', KEYS[4], v .. ':' .. t.due .. ':' .. id)
   end
-  t.v, t.rq = off, rq_arg
   rec_hist_push(t, entry(a, 'accepted'))
+  t.v, t.rq = off, rq_arg
   if op ~= 'cancel' then
     -- It goes to the dirty set: its state is written by the next checkpoint.
     t.p = '1'

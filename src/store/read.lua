@@ -7,7 +7,7 @@ rec_init(ARGV[1], 0)
 local t = rec_get(ARGV[2])
 local out = {}
 if t then
-  local h = t.h and cmsgpack.unpack(t.h) or {}
+  local h = rec_hist_list(t)
   if t.lx then
     local last = cmsgpack.unpack(t.lx)
     h[#h + 1] = last

@@ -47,20 +47,34 @@ end
 
 -- History entry kinds (an entry's first element) and codes. A command entry:
 -- {HIST_COMMAND, at ms, op, outcome, offset, request id (true: the timer id), reason};
--- a fire entry: {HIST_FIRE, fired ms, due ms, attempt, outcome, reason}.
-local HIST_COMMAND, HIST_FIRE = 1, 2
+-- a fire entry: {HIST_FIRE, fired ms, due ms, attempt, outcome, reason}. A new one-shot
+-- timer's history is the short {HIST_CREATED, due - at ms}: the accepted create that made
+-- its current version with its current request id, `at` ms (about 13 bytes fewer per
+-- pending timer); it is expanded before anything changes the version, request or due.
+local HIST_CREATED, HIST_COMMAND, HIST_FIRE = 0, 1, 2
 local HIST_OPS = {create = 1, update = 2, pause = 3, resume = 4, cancel = 5, fire = 6}
 local HIST_OUTCOMES = {accepted = 1, rejected = 2, delivered = 3, dead_lettered = 4}
 
--- Packed history `h` (nil: empty) with entry `e` appended, `e[2]` its time in ms: the
--- last REC.hist.n entries, none older than the TTL at `e[2]`. Unchanged without
+-- The history entries of timer fields `t` (`h` unpacked, the short create expanded).
+local function rec_hist_list(t)
+  local list = t.h and cmsgpack.unpack(t.h) or {}
+  local e = list[1]
+  if e and e[1] == HIST_CREATED then
+    list[1] = {HIST_COMMAND, tonumber(t.due) - e[2], HIST_OPS.create, HIST_OUTCOMES.accepted,
+      tonumber(t.v), t.rq}
+  end
+  return list
+end
+
+-- The packed history of timer fields `t` with entry `e` appended, `e[2]` its time in ms:
+-- the last REC.hist.n entries, none older than the TTL at `e[2]`. Unchanged without
 -- rec_history.
-local function rec_hist_add(h, e)
+local function rec_hist_add(t, e)
   local H = REC.hist
   if not H or H.n <= 0 then
-    return h
+    return t.h
   end
-  local list = h and cmsgpack.unpack(h) or {}
+  local list = rec_hist_list(t)
   list[#list + 1] = e
   local first = math.max(1, #list - H.n + 1)
   while first < #list and list[first][2] < e[2] - H.ttl do
@@ -79,16 +93,16 @@ end
 -- Appends entry `e` to the history of timer fields `t` (the last fire folded in first).
 local function rec_hist_push(t, e)
   if t.lx then
-    t.h = rec_hist_add(t.h, cmsgpack.unpack(t.lx))
+    t.h = rec_hist_add(t, cmsgpack.unpack(t.lx))
     t.lx = nil
   end
-  t.h = rec_hist_add(t.h, e)
+  t.h = rec_hist_add(t, e)
 end
 
 -- Fire entry `e` becomes the last fire of timer fields `t` (the one before folded in).
 local function rec_fire_push(t, e)
   if t.lx then
-    t.h = rec_hist_add(t.h, cmsgpack.unpack(t.lx))
+    t.h = rec_hist_add(t, cmsgpack.unpack(t.lx))
   end
   t.lx = cmsgpack.pack(e)
 end
