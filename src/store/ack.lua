@@ -38,23 +38,15 @@ for i = 6, #ARGV do
     reason = string.sub(member, nl + 1)
     member = string.sub(member, 2, nl - 1)
   end
-  local tab = string.find(member, '\t', 1, true)
-  if tab then
-    local tab2 = string.find(member, '\t', tab + 1, true)
-    fire = {HIST_FIRE, tonumber(string.sub(member, tab + 1, tab2 - 1)), 0,
-      tonumber(string.sub(member, tab2 + 1)), dead and HIST_OUTCOMES.dead_lettered or
-      HIST_OUTCOMES.delivered, reason}
-    member = string.sub(member, 1, tab - 1)
+  -- version:due:id, then when and in which attempt it was produced (one match).
+  local m, vs, due, id, fired, attempt = string.match(member, '^(([^:]*):([^:]*):([^\t]*))\t?(%d*)\t?(%d*)$')
+  member = m
+  if fired ~= '' then
+    fire = {HIST_FIRE, tonumber(fired), tonumber(due), tonumber(attempt),
+      dead and HIST_OUTCOMES.dead_lettered or HIST_OUTCOMES.delivered, reason}
   end
   gone[#gone + 1] = member
-  local c1 = string.find(member, ':', 1, true)
-  local c2 = string.find(member, ':', c1 + 1, true)
-  local due = string.sub(member, c1 + 1, c2 - 1)
-  local id = string.sub(member, c2 + 1)
-  local ver = tonumber(string.sub(member, 1, c1 - 1))
-  if fire then
-    fire[3] = tonumber(due)
-  end
+  local ver = tonumber(vs)
   local a, where, h = rec_raw(id)
   if a and not reason and not a[REC_K] and a[REC_ST] == 1 and a[REC_V] == ver then
     -- A one-shot timer delivered (the hot path): fired, without a field table.
@@ -68,14 +60,14 @@ for i = 6, #ARGV do
     if app then
       rec_live_move(app, -1)
     end
-    rec_done_raw(id, a, where, h, 'fired', fire)
+    rec_done_raw(id, app, a, where, h, 'fired', fire)
     a = nil
   end
   local t = a and rec_get(id)
   if t and fire then
     rec_fire_push(t, fire)
   end
-  if t and t.v == string.sub(member, 1, c1 - 1) and t.st == 'scheduled' then
+  if t and t.v == vs and t.st == 'scheduled' then
     if t.p or t.k == 'c' then
       dirty[#dirty + 1] = 'inf'
       dirty[#dirty + 1] = id

@@ -69,15 +69,15 @@ local function rec_raw(id)
   return nil, nil, h
 end
 
--- Live timer `id` (raw record `a` found at `where` with hash `h`, rec_raw) is done in
--- state `st` after fire `fire` (a history entry, or nil): its own key, unchanged but for
--- the state and the fire, expiring after the retention.
-local function rec_done_raw(id, a, where, h, st, fire)
+-- Live timer `id` of application `app` (raw record `a` found at `where` with hash `h`,
+-- rec_raw) is done in state `st` after fire `fire` (a history entry, or nil): its own
+-- key, unchanged but for the state and the fire, expiring after the retention.
+local function rec_done_raw(id, app, a, where, h, st, fire)
   if where == 'bucket' then
     redis.call('HDEL', rec_bucket(h), id)
     rec_count(math.floor(a[REC_DUE] / 60000), -1)
   end
-  rec_tally(a[REC_A] or rec_app_of(a[REC_D]), REC_STATES[a[REC_ST]], st)
+  rec_tally(app, REC_STATES[a[REC_ST]], st)
   a[REC_ST] = REC_STATE_CODE[st]
   if fire then
     -- A scheduled one-shot timer has no last fire (a create folds an earlier one in).
@@ -207,9 +207,11 @@ local function rec_flush()
     end
   end
   REC.moved = {}
-  for f, n in pairs(REC.tally) do
-    if n ~= 0 then
-      redis.call('HINCRBY', REC.base .. 'ac', f, n)
+  for app, per in pairs(REC.tally) do
+    for st, n in pairs(per) do
+      if n ~= 0 then
+        redis.call('HINCRBY', REC.base .. 'ac', st .. ':' .. app, n)
+      end
     end
   end
   REC.tally = {}

@@ -18,8 +18,8 @@
 -- returns.
 -- (`h`: the history; `lx`: the last fire, a history entry.)
 -- (`fo`: the offset of the last FIRE_NOW applied.)
-local REC_FIELDS = {'v', 'st', 'rq', 'k', 'due', 'a', 'd', 'p', 'h', 'sc', 'mp', 'mx', 'n', 'hz',
-  'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx', 'lx', 'fo'}
+local REC_FIELDS = {'v', 'st', 'rq', 'k', 'due', 'a', 'd', 'p', 'h', 'lx', 'sc', 'mp', 'mx', 'n',
+  'hz', 'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx', 'fo'}
 local REC_STATES = {'scheduled', 'paused', 'fired', 'cancelled', 'completed', 'dead_lettered'}
 local REC_STATE_CODE = {}
 for i, s in ipairs(REC_STATES) do
@@ -113,12 +113,15 @@ local function rec_tally(app, from, to)
   if not app or from == to then
     return
   end
-  if REC_LIVE[from] then
-    local f = from .. ':' .. app
-    REC.tally[f] = (REC.tally[f] or 0) - 1
+  local per = REC.tally[app]
+  if not per then
+    per = {}
+    REC.tally[app] = per
   end
-  local f = to .. ':' .. app
-  REC.tally[f] = (REC.tally[f] or 0) + 1
+  if REC_LIVE[from] then
+    per[from] = (per[from] or 0) - 1
+  end
+  per[to] = (per[to] or 0) + 1
 end
 
 -- Application `app` has `n` more live timers (written by rec_flush, in one call per
@@ -179,6 +182,7 @@ local function rec_pack(id, t)
     t.d or false,
     t.p or false,
     t.h or false,
+    t.lx or false,
     t.sc or false,
     t.mp or false,
     t.mx or false,
@@ -192,7 +196,6 @@ local function rec_pack(id, t)
     t.dl or false,
     t.dlr or false,
     t.dlx or false,
-    t.lx or false,
     t.fo or false,
   }
   local n = #REC_FIELDS
@@ -215,24 +218,24 @@ local function rec_fields(id, a)
     d = a[7] or nil,
     p = a[8] or nil,
     h = a[9] or nil,
-    sc = a[10] or nil,
-    mp = a[11] or nil,
-    mx = a[12] or nil,
-    n = a[13] or nil,
-    hz = a[14] or nil,
-    lst = a[15] or nil,
-    fin = a[16] or nil,
-    lf = a[17] or nil,
-    lfd = a[18] or nil,
-    last = a[19] or nil,
-    dl = a[20] or nil,
-    dlr = a[21] or nil,
-    dlx = a[22] or nil,
-    lx = a[23] or nil,
+    lx = a[10] or nil,
+    sc = a[11] or nil,
+    mp = a[12] or nil,
+    mx = a[13] or nil,
+    n = a[14] or nil,
+    hz = a[15] or nil,
+    lst = a[16] or nil,
+    fin = a[17] or nil,
+    lf = a[18] or nil,
+    lfd = a[19] or nil,
+    last = a[20] or nil,
+    dl = a[21] or nil,
+    dlr = a[22] or nil,
+    dlx = a[23] or nil,
     fo = a[24] or nil,
   }
 end
 
 -- Positions in a packed record (rec_pack) read by the fire path's raw access.
-local REC_V, REC_ST, REC_K, REC_DUE, REC_A, REC_D, REC_P, REC_H, REC_LX = 1, 2, 4, 5, 6, 7, 8, 9, 23
-local REC_DL, REC_DLR, REC_DLX = 20, 21, 22
+local REC_V, REC_ST, REC_K, REC_DUE, REC_A, REC_D, REC_P, REC_H, REC_LX = 1, 2, 4, 5, 6, 7, 8, 9, 10
+local REC_DL, REC_DLR, REC_DLX = 21, 22, 23
