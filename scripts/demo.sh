@@ -89,6 +89,8 @@ if [ -t 0 ] && [ -z "${CI:-}" ]; then
   say "ktimer keeps running: try"
   echo "    KTIMER_BROKERS=$KTIMER_BROKERS $KT send --delay-ms 2000 --payload hi" >&2
   echo "    KTIMER_BROKERS=$KTIMER_BROKERS $KT tail" >&2
+  echo "    $KT timers list --admin-url http://127.0.0.1:$ADMIN_PORT" >&2
+  echo "    the web console: http://127.0.0.1:$ADMIN_PORT/" >&2
   say "press Ctrl-C to stop everything"
   wait "${PIDS[2]}" || true
 else
