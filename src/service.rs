@@ -71,7 +71,7 @@ pub async fn run(
             status: status.clone(),
             partitions: AtomicI32::new(partitions),
             access: Access::new(args.admin_tokens.clone(), addr.ip().is_loopback()),
-            commands: Some(Commands::start(k, codec.clone(), token.clone())?),
+            commands: Some(Commands::new(k, codec.clone(), token.clone())?),
             wait: Duration::from_millis(args.admin_wait_ms),
         };
         serve_admin(addr, state, &token, &status).await?;
