@@ -192,6 +192,7 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
         .await;
     assert_eq!(t["last_fire"]["due_ms"], due, "{t}");
     assert_eq!(t["last_fire"]["outcome"], "delivered");
+    assert_eq!(t["callback"]["payload_preview"], "close order 42", "{t}");
     assert_eq!(t["history"].as_array().unwrap().len(), 2, "{t}");
 
     // Listing: filters, and a scoped token sees its application only.

@@ -167,6 +167,21 @@ pub async fn applications(
     Ok(Json(json!({ "applications": apps })))
 }
 
+/// Payload bytes a look-up shows (as text, lossy).
+const PAYLOAD_PREVIEW: usize = 256;
+
+/// What a timer delivers: topic, key, headers, mode and the payload's start.
+fn callback_json(c: &crate::command::Callback) -> Value {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    json!({
+        "topic": c.topic,
+        "key": c.key.as_deref().map(text),
+        "headers": c.headers,
+        "mode": c.mode,
+        "payload_preview": text(&c.payload[..c.payload.len().min(PAYLOAD_PREVIEW)]),
+    })
+}
+
 /// The JSON of a looked-up timer.
 fn timer_json(id: &str, partition: i32, t: &TimerView) -> Value {
     let def = t.def.as_ref();
@@ -180,6 +195,7 @@ fn timer_json(id: &str, partition: i32, t: &TimerView) -> Value {
         "application": def.map(|d| d.application.clone()),
         "callback_topic": def.and_then(|d| d.callback.topic.clone()),
         "payload_bytes": def.map(|d| d.callback.payload.len()),
+        "callback": def.map(|d| callback_json(&d.callback)),
         "kind": if t.cron { "CRON" } else { "ONCE" },
         "schedule": t.schedule,
         "fires": t.fires,

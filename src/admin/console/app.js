@@ -142,7 +142,8 @@ async function timerView(id) {
       <dt>kind</dt><dd>${esc(t.kind)} ${t.schedule ? esc(JSON.stringify(t.schedule)) : ''}</dd>
       <dt>next due</dt><dd>${when(t.due_ms)}</dd>
       <dt>version</dt><dd>${t.version} (partition ${t.partition})</dd>
-      <dt>callback topic</dt><dd>${esc(t.callback_topic || '(the service\'s fired topic)')}, ${t.payload_bytes} payload bytes</dd>
+      <dt>callback topic</dt><dd>${esc(t.callback_topic || '(the service\'s fired topic)')}, ${esc(t.callback?.mode)}</dd>
+      <dt>payload</dt><dd><code>${esc(t.callback?.payload_preview)}</code> (${t.payload_bytes} bytes)</dd>
       <dt>last fire</dt><dd id="last-fire">${last ? `due ${when(last.due_ms)}, ${last.lateness_ms} ms late, attempt ${last.attempt}, ${esc(last.outcome)}` : 'none'}</dd>
       <dt>dead letters</dt><dd>${t.dead_letters || 0}${t.last_dead_letter_reason ? ': ' + esc(t.last_dead_letter_reason) : ''}</dd>
     </dl>
