@@ -167,6 +167,18 @@ async fn a_restore_applies_the_fire_watermark_and_the_in_flight_list() {
     // Live timers per application are counted again: flying, later and cron.
     let live = |s: Store| async move { s.live_timers(0).await.unwrap().get("app").copied() };
     assert_eq!(live(r.store.clone()).await, Some(3));
+    // The same restore again (a retry after its reply was lost, Redis killed mid-call):
+    // nothing changes, nothing is counted twice.
+    let again = r
+        .store
+        .restore(0, r.epoch, &timers, T0 + 25_000, Some((4, 7)))
+        .await
+        .expect("the restore retried");
+    assert_eq!(again, 4);
+    assert_eq!(live(r.store.clone()).await, Some(3));
+    let counts = r.store.state_counts(0).await.unwrap();
+    let scheduled = counts.get(&("app".to_string(), TimerState::Scheduled));
+    assert_eq!(scheduled, Some(&3), "{counts:?}");
     let (_, flying) = r.store.in_flight_page(0, 0).await.unwrap();
     assert_eq!(flying.len(), 1);
     assert!(flying[0].ends_with(":flying"), "{flying:?}");

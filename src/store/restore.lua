@@ -10,6 +10,7 @@
 --       then per timer: id, m, m due instants of its in-flight fires, n, n field/value
 --       pairs
 -- Returns the number of timers restored, or -1 when fenced.
+-- A call applied twice (retried after its reply was lost) leaves what the first left.
 -- Rules (the state records are written at checkpoints, so they may trail the fires):
 -- * a scheduled one-shot timer due at or before the watermark and not in flight fired;
 --   it is restored fired (and its tombstone is owed: dirty);
@@ -34,8 +35,10 @@ while i <= #ARGV do
   local first = flights + m + 1
   i = first + 2 * n
   local old = rec_get(id)
+  -- The marks of the record already there (a restore call retried after its reply was
+  -- lost finds its own writes): where it is, its minute, its state.
   local t = {_bucket = old and old._bucket, _own = old and old._own, _done = old and old._done,
-    _h = old and old._h, _st0 = old and old.st}
+    _h = old and old._h, _m = old and old._m, _st0 = old and old.st}
   for j = first, first + 2 * n - 1, 2 do
     t[ARGV[j]] = ARGV[j + 1]
   end
@@ -67,8 +70,13 @@ while i <= #ARGV do
     redis.call('ZADD', KEYS[4], 0, id)
   end
   rec_put(id, t)
-  if t.a and t.st ~= 'fired' and (st == 'scheduled' or st == 'paused') then
-    rec_live_move(t.a, 1)
+  -- Live timers per application: counted once, whatever was there before.
+  local was = old and REC_LIVE[old.st] and old.a
+  local is = REC_LIVE[t.st] and t.a
+  if is and not was then
+    rec_live_move(is, 1)
+  elseif was and not is then
+    rec_live_move(was, -1)
   end
   done = done + 1
 end
