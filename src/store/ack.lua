@@ -11,8 +11,7 @@
 -- A one-shot timer whose state was never written owes nothing: it only leaves the
 -- deferred sets.
 -- Every call counts in the acknowledgement counter (a checkpoint is due after fires).
--- A timer that is done leaves its application's live count (done/complete, misfire.lua,
--- prepended).
+-- A timer that is done leaves its application's live count (rec_tally, record.lua).
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 deferred by due,
 --       6 deferred by first offset, 7 acknowledgement counter, 8 live timers per
 --       application
@@ -56,11 +55,7 @@ for i = 6, #ARGV do
     else
       undefer[#undefer + 1] = id
     end
-    local app = a[REC_A] or rec_app_of(a[REC_D])
-    if app then
-      rec_live_move(app, -1)
-    end
-    rec_done_raw(id, app, a, where, h, 'fired', fire)
+    rec_done_raw(id, a[REC_A] or rec_app_of(a[REC_D]), a, where, h, 'fired', fire)
     a = nil
   end
   local t = a and rec_get(id)
@@ -79,7 +74,6 @@ for i = 6, #ARGV do
       t.dlr, t.dlx = due, reason
     end
     if t.k ~= 'c' then
-      done(t)
       t.st = reason and 'dead_lettered' or 'fired'
       rec_put(id, t)
     else

@@ -187,7 +187,6 @@ local function apply_one(a)
       return 'rejected', 'pending timer limit: the application has ' .. most ..
         ' timers not yet done in this partition', t
     end
-    rec_live_move(app, 1)
     -- A timer whose state was written keeps owing its record (field p); one created
     -- again keeps its history.
     local fresh = {v = off, st = 'scheduled', rq = rq_arg, d = ARGV[a + 6], a = app,
@@ -271,7 +270,6 @@ local function apply_one(a)
     end
     rec_put(id, t)
   elseif op == 'cancel' then
-    done(t)
     t.st = 'cancelled'
     redis.call('ZREM', KEYS[5], id)
     rec_put(id, t)

@@ -22,18 +22,9 @@ local function missed_fires(t, d, now)
   return true
 end
 
--- A live timer (scheduled or paused) is done: one fewer for its application (the
--- partition's per-application count of live timers, record.lua).
-local function done(t)
-  if t.a then
-    rec_live_move(t.a, -1)
-  end
-end
-
 -- No occurrence of the live timer will fire any more (the next checkpoint writes its
 -- tombstone: `dirty` is the partition's dirty set). Writes the timer.
 local function complete(t, id, cron_index, dirty)
-  done(t)
   redis.call('ZADD', dirty, 'NX', 'inf', id)
   t.st = 'completed'
   rec_put(id, t)

@@ -3,8 +3,8 @@
 -- A record is a timer's fields packed with cmsgpack in the order of REC_FIELDS (rec_pack).
 -- Invariants:
 -- * rec_get answers the fields as strings, as HMGET would (integers in decimal);
--- * the partition's live count per application (`apps` hash) moves with rec_live_move
---   and is written by rec_flush;
+-- * the partition's live count per application (`apps` hash) moves with rec_tally (a
+--   timer becoming live or done) and is written by rec_flush;
 -- * `BASE ac` counts timers per state and application (field `STATE:APP`): scheduled and
 --   paused are the timers in that state now; a done state counts the timers that reached
 --   it since the partition was last rebuilt (done records expire unseen). Every state
@@ -107,8 +107,21 @@ local function rec_fire_push(t, e)
   t.lx = cmsgpack.pack(e)
 end
 
--- A timer of application `app` went from state `from` (nil: new) to `to` (written by
--- rec_flush into `BASE ac`; done states only ever count up).
+-- Application `app` has `n` more live timers (written by rec_flush, in one call per
+-- application).
+local function rec_live_move(app, n)
+  REC.moved[app] = (REC.moved[app] or 0) + n
+end
+
+-- The live timers of `app`, with this call's moves.
+local function rec_live_count(app)
+  return tonumber(redis.call('HGET', REC.apps, app) or '0') + (REC.moved[app] or 0)
+end
+
+-- A timer of application `app` went from state `from` (nil: new) to `to`: the counts
+-- per state (`BASE ac`; done states only ever count up) and, when it became live or
+-- stopped being live, the live count (`apps`); both written by rec_flush. The one place
+-- a state change is counted.
 local function rec_tally(app, from, to)
   if not app or from == to then
     return
@@ -122,17 +135,11 @@ local function rec_tally(app, from, to)
     per[from] = (per[from] or 0) - 1
   end
   per[to] = (per[to] or 0) + 1
-end
-
--- Application `app` has `n` more live timers (written by rec_flush, in one call per
--- application).
-local function rec_live_move(app, n)
-  REC.moved[app] = (REC.moved[app] or 0) + n
-end
-
--- The live timers of `app`, with this call's moves.
-local function rec_live_count(app)
-  return tonumber(redis.call('HGET', REC.apps, app) or '0') + (REC.moved[app] or 0)
+  if REC_LIVE[from] and not REC_LIVE[to] then
+    rec_live_move(app, -1)
+  elseif REC_LIVE[to] and not REC_LIVE[from] then
+    rec_live_move(app, 1)
+  end
 end
 
 -- The application named at the start of a stored definition `d` (schemas/stored_timer.avsc:

@@ -70,14 +70,6 @@ while i <= #ARGV do
     redis.call('ZADD', KEYS[4], 0, id)
   end
   rec_put(id, t)
-  -- Live timers per application: counted once, whatever was there before.
-  local was = old and REC_LIVE[old.st] and old.a
-  local is = REC_LIVE[t.st] and t.a
-  if is and not was then
-    rec_live_move(is, 1)
-  elseif was and not is then
-    rec_live_move(was, -1)
-  end
   done = done + 1
 end
 if ARGV[6] ~= '' then
