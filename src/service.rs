@@ -70,6 +70,7 @@ pub async fn run(
             store: store.clone(),
             status: status.clone(),
             partitions: AtomicI32::new(partitions),
+            partitioner: k.partitioner,
             access: Access::new(args.admin_tokens.clone(), addr.ip().is_loopback()),
             commands: Some(Commands::new(k, codec.clone(), token.clone())?),
             wait: Duration::from_millis(args.admin_wait_ms),

@@ -41,8 +41,11 @@ pub struct AdminState {
     pub store: Store,
     /// The instance's status; ready once it joined the group.
     pub status: StatusTx,
-    /// Partitions of the commands topic (look-ups scan them).
+    /// Partitions of the commands topic (listings walk them).
     pub partitions: AtomicI32,
+    /// The key-to-partition mapping: a timer lives in its id's partition (commands that
+    /// arrive elsewhere are forwarded there, or rejected).
+    pub partitioner: crate::partitioner::Partitioner,
     /// Who may do what.
     pub access: Access,
     /// The write path (none: write routes answer 503).

@@ -22,19 +22,18 @@ const DEFAULT_LIMIT: usize = 100;
 /// Most timers per page.
 const MAX_LIMIT: usize = 1_000;
 
-/// Timer `id` and the partition it lives in, within the caller's scope; 404 otherwise
-/// (a scoped token does not learn that another application's timer exists).
+/// Timer `id` and the partition it lives in (its id's), within the caller's scope; 404
+/// otherwise (a scoped token does not learn that another application's timer exists).
 pub async fn find(s: &AdminState, scope: &Scope, id: &str) -> Result<(i32, TimerView), ApiError> {
-    for p in 0..s.partitions.load(Ordering::SeqCst) {
-        if let Some(t) = s.store.timer(p, id).await? {
-            let app = t.def.as_ref().map(|d| d.application.as_str()).unwrap_or("");
-            if !scope.allows(app) {
-                break;
-            }
-            return Ok((p, t));
+    let p = s
+        .partitioner
+        .partition(id.as_bytes(), s.partitions.load(Ordering::SeqCst));
+    match s.store.timer(p, id).await? {
+        Some(t) if scope.allows(t.def.as_ref().map_or("", |d| d.application.as_str())) => {
+            Ok((p, t))
         }
+        _ => Err(ApiError::not_found(format!("no timer {id:?}"))),
     }
-    Err(ApiError::not_found(format!("no timer {id:?}")))
 }
 
 /// `GET /timers/{id}`: definition, state, version, next due, fires, the last fire, dead
