@@ -55,7 +55,7 @@ for i = 6, #ARGV do
     else
       undefer[#undefer + 1] = id
     end
-    rec_done_raw(id, a[REC_A] or rec_app_of(a[REC_D]), a, where, h, 'fired', fire)
+    rec_done_raw(id, rec_app_raw(a), a, where, h, 'fired', fire)
     a = nil
   end
   local t = a and rec_get(id)

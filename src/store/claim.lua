@@ -61,7 +61,7 @@ local function take(member, m)
     local a = rec_raw(member)
     local due = a and a[REC_DUE]
     if due and a[REC_ST] == 1 and not a[REC_K] and due <= upto and math.floor(due / 60000) == tonumber(m) then
-      return a[REC_V] .. ':' .. due .. ':' .. member, a[REC_D]
+      return a[REC_V] .. ':' .. due .. ':' .. member, rec_def(a[REC_D])
     end
     return nil
   end
@@ -74,7 +74,7 @@ local function take(member, m)
     -- An extra fire (FIRE_NOW): delivered whatever the timer's state, while Redis holds it.
     local a = rec_raw(id)
     if a and a[REC_D] then
-      return string.sub(member, 2), a[REC_D]
+      return string.sub(member, 2), rec_def(a[REC_D])
     end
     return nil
   end

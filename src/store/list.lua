@@ -25,7 +25,7 @@ local function consider(id, a)
   if (state ~= '' and st ~= state) or (dead and not a[REC_DL]) then
     return
   end
-  local ap = a[REC_A] or rec_app_of(a[REC_D]) or ''
+  local ap = rec_app_raw(a) or ''
   if app ~= '' and ap ~= app then
     return
   end

@@ -9,6 +9,7 @@
 //! | `PREFIX:{topic:p}:r:B` | hash | scheduled one-shot timers due after the promoted minute whose id hashes to bucket `B`: field the id, value the timer's fields packed with MessagePack (`record.lua`); buckets split by linear hashing as timers are added, so each stays small enough for Redis's compact encoding |
 //! | `PREFIX:{topic:p}:rb` | hash | the buckets' level `L`, split pointer `s` and record count `n`; the promoted minute `pm` and its cursor `pc` (`promote.lua`) |
 //! | `PREFIX:{topic:p}:t:ID` | string | every other timer, packed the same way: one-shot timers due soon (promoted ahead by the migrator), cron and paused timers, and done ones (fired, cancelled, completed, dead-lettered), which expire after the retention; fields in [`keys::field`]: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired; dead letters: `dl` count, `dlr` last due, `dlx` last reason; `h` the history, `lx` the last fire (entries, `record.lua`) |
+//! | `PREFIX:{topic:p}:dp` | hash | definition prefixes (application and callback topic) shared by the records: `#N` the prefix, `=PREFIX` its number N; a record's `d` is `{N, rest}` (`record.lua`), at most 4096 prefixes per partition |
 //! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute, score due ms: member the id of a one-shot timer, `\x01version:due:id` for a cron occurrence |
 //! | `PREFIX:{topic:p}:idx` | zset | the minutes whose slice is not empty |
 //! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker: member `version:due:id` |
@@ -112,8 +113,10 @@ impl StoreError {
 /// The layout version of the keys this code writes (`keys::Keys::format`). A partition
 /// whose keys carry another (or none, from before version 2: one hash per timer) is wiped
 /// and rebuilt from the state topic when an instance takes it.
-/// Version 3 added the history (`h`) and the last fire (`lx`) to the packed record.
-pub const STORE_FORMAT: i64 = 3;
+/// Version 3 added the history (`h`) and the last fire (`lx`) to the packed record;
+/// version 4 numbered definition prefixes (`dp`), so an older instance that takes the
+/// partition back rebuilds it instead of reading a definition it does not know.
+pub const STORE_FORMAT: i64 = 4;
 
 /// Timer records (`record.lua`: their packing, history and tallies; `place.lua`: where a
 /// timer lives, the buckets' growth) and timer helpers (`misfire.lua`: misfire planning,

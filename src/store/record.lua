@@ -31,7 +31,7 @@ local REC_BUCKETS, REC_LOAD = 8, 40
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
 -- hist: the history's bound (rec_history; nil: no history written).
 local REC = {base = nil, retention = nil, meta = nil, counted = false, apps = nil, moved = {},
-  minutes = {}, tally = {}, hist = nil}
+  minutes = {}, tally = {}, hist = nil, dp_ids = {}, dp_by = {}}
 
 -- Sets the partition (`base`, its key prefix), the retention of done timers (ms) and
 -- the key of the live count per application (nil when the script moves none).
@@ -142,34 +142,131 @@ local function rec_tally(app, from, to)
   end
 end
 
+-- Positions in a packed record (rec_pack) read by the fire path's raw access.
+local REC_V, REC_ST, REC_K, REC_DUE, REC_A, REC_D, REC_P, REC_H, REC_LX = 1, 2, 4, 5, 6, 7, 8, 9, 10
+local REC_DL, REC_DLR, REC_DLX = 21, 22, 23
+
+-- The Avro long (zigzag varint, at most 4 bytes, not negative) at byte `i` of `s`: its
+-- value and the index after it; nil if there is none.
+local function rec_varint(s, i)
+  local v, shift = 0, 1
+  for j = i, i + 3 do
+    local b = string.byte(s, j)
+    if not b then
+      return nil
+    end
+    v = v + (b % 128) * shift
+    if b < 128 then
+      if v % 2 == 1 then
+        return nil
+      end
+      return v / 2, j + 1
+    end
+    shift = shift * 128
+  end
+  return nil
+end
+
 -- The application named at the start of a stored definition `d` (schemas/stored_timer.avsc:
 -- its first field, an Avro string: a zigzag varint length, then the bytes); nil if `d` is
 -- not one. A record leaves out an application its definition names (most do).
 local function rec_app_of(d)
-  if not d then
-    return nil
-  end
-  local len, shift, i = 0, 1, 1
-  while true do
-    local b = string.byte(d, i)
-    if not b or i > 4 then
-      return nil
-    end
-    len = len + (b % 128) * shift
-    i = i + 1
-    if b < 128 then
-      break
-    end
-    shift = shift * 128
-  end
-  if len % 2 == 1 then
-    return nil
-  end
-  len = len / 2
-  if i + len - 1 > #d then
+  local len, i = rec_varint(d or '', 1)
+  if not len or i + len - 1 > #d then
     return nil
   end
   return string.sub(d, i, i + len - 1)
+end
+
+-- Definition prefixes. A stored definition starts with the application and the callback
+-- topic, the same for most timers of an application: a record holds the prefix's number
+-- in `BASE dp` ({n, rest of d}), not the prefix (about 45 bytes fewer per timer with a
+-- 30-character topic). `BASE dp` maps `#n` to the prefix and `=prefix` to n; it only
+-- grows, up to REC_DP_MAX prefixes (beyond: definitions kept whole), and is rebuilt with
+-- the records (a rebuild wipes both; the state topic holds whole definitions).
+local REC_DP_MAX = 4096
+
+-- Definition `d` split after its callback topic: prefix, rest; nil if it is not one.
+local function rec_def_split(d)
+  local len, i = rec_varint(d, 1)
+  if not len then
+    return nil
+  end
+  local u, j = rec_varint(d, i + len)
+  if u == 1 then
+    local tl, k = rec_varint(d, j)
+    j = tl and k + tl
+  elseif u ~= 0 then
+    return nil
+  end
+  if not j or j - 1 > #d then
+    return nil
+  end
+  return string.sub(d, 1, j - 1), string.sub(d, j)
+end
+
+-- The number of definition prefix `prefix` (numbered now if new); false when the
+-- partition has REC_DP_MAX already.
+local function rec_dp_id(prefix)
+  local n = REC.dp_ids[prefix]
+  if n ~= nil then
+    return n
+  end
+  local key = REC.base .. 'dp'
+  n = tonumber(redis.call('HGET', key, '=' .. prefix) or nil)
+  if not n then
+    n = redis.call('HLEN', key) / 2 + 1
+    if n > REC_DP_MAX then
+      n = false
+    else
+      redis.call('HSET', key, '#' .. n, prefix, '=' .. prefix, n)
+    end
+  end
+  REC.dp_ids[prefix] = n
+  return n
+end
+
+-- Definition `d` as a record holds it: {prefix number, rest}, or whole.
+local function rec_def_pack(d)
+  if not d then
+    return false
+  end
+  local prefix, rest = rec_def_split(d)
+  local n = prefix and #prefix > 3 and rec_dp_id(prefix)
+  if not n then
+    return d
+  end
+  return {n, rest}
+end
+
+-- The whole definition a record holds as `x` (rec_def_pack's result); nil if none.
+local function rec_def(x)
+  if type(x) ~= 'table' then
+    return x or nil
+  end
+  local n = x[1]
+  local prefix = REC.dp_by[n]
+  if not prefix then
+    prefix = redis.call('HGET', REC.base .. 'dp', '#' .. n)
+    if not prefix then
+      error('ktimer: definition prefix ' .. n .. ' missing from ' .. REC.base .. 'dp')
+    end
+    REC.dp_by[n] = prefix
+  end
+  return prefix .. x[2]
+end
+
+-- The application of raw record `a` (rec_raw).
+local function rec_app_raw(a)
+  local x = a[REC_A]
+  if x then
+    return x
+  end
+  x = a[REC_D]
+  if type(x) == 'table' then
+    x = rec_def(x)
+  end
+  return rec_app_of(x)
 end
 
 -- Packs `t` as a MessagePack array in the order of REC_FIELDS (absent: false; trailing
@@ -186,7 +283,7 @@ local function rec_pack(id, t)
     t.k ~= 'o' and t.k or false,
     tonumber(t.due) or false,
     t.a ~= rec_app_of(t.d) and t.a or false,
-    t.d or false,
+    rec_def_pack(t.d),
     t.p or false,
     t.h or false,
     t.lx or false,
@@ -215,14 +312,15 @@ end
 
 -- The fields of a record unpacked into array `a` (rec_pack's order), as strings.
 local function rec_fields(id, a)
+  local d = rec_def(a[7])
   return {
     v = string.format('%d', a[1]),
     st = REC_STATES[a[2]] or a[2],
     rq = (a[3] == true and id) or a[3] or nil,
     k = a[4] or 'o',
     due = a[5] and string.format('%d', a[5]) or nil,
-    a = a[6] or rec_app_of(a[7]),
-    d = a[7] or nil,
+    a = a[6] or rec_app_of(d),
+    d = d,
     p = a[8] or nil,
     h = a[9] or nil,
     lx = a[10] or nil,
@@ -243,6 +341,3 @@ local function rec_fields(id, a)
   }
 end
 
--- Positions in a packed record (rec_pack) read by the fire path's raw access.
-local REC_V, REC_ST, REC_K, REC_DUE, REC_A, REC_D, REC_P, REC_H, REC_LX = 1, 2, 4, 5, 6, 7, 8, 9, 10
-local REC_DL, REC_DLR, REC_DLX = 21, 22, 23
