@@ -37,6 +37,16 @@ impl Stoppable {
         Stoppable { token, join }
     }
 
+    /// Spawns `work` on runtime `rt` (see [`Stoppable::spawn`]).
+    pub fn spawn_on(
+        rt: &tokio::runtime::Handle,
+        token: CancellationToken,
+        work: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Stoppable {
+        let join = rt.spawn(work);
+        Stoppable { token, join }
+    }
+
     /// Whether the task ended (by itself, or after [`Stoppable::stop`]).
     pub fn is_finished(&self) -> bool {
         self.join.is_finished()

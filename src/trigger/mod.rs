@@ -17,8 +17,10 @@
 //!
 //! Files: [`wake`] (when to claim), [`gate`] (stale fires), [`lease`] (fencing between
 //! Redis calls), `ready` (fires waiting for their send time), `delivery` (send, retry or
-//! dead letter), `task` (the loop).
+//! dead letter), `calls` (claims and acknowledgements beside the sending), `task` (the
+//! loop).
 
+mod calls;
 mod delivery;
 pub mod gate;
 pub mod lease;
@@ -127,10 +129,31 @@ pub fn spawn(
     cfg: TriggerConfig,
     token: CancellationToken,
 ) -> TriggerHandle {
+    let on_own_thread = matches!(cfg.clock, Clock::System);
     let t = task::Trigger::new(partition, epoch, store, sink, metrics, cfg, token.clone());
-    TriggerHandle {
-        wake: t.wake.clone(),
-        gate: t.gate.clone(),
-        task: Stoppable::spawn(token, t.run()),
-    }
+    let (wake, gate) = (t.wake.clone(), t.gate.clone());
+    let task = match on_own_thread {
+        true => Stoppable::spawn_on(runtime(), token, t.run()),
+        false => Stoppable::spawn(token, t.run()),
+    };
+    TriggerHandle { wake, gate, task }
+}
+
+/// The runtime every trigger of the process runs on: a thread of its own, so a busy main
+/// runtime (decoding commands, encoding checkpoints, serving the admin port) never holds
+/// up a due fire. (A trigger on a test clock stays on the test's runtime.)
+fn runtime() -> &'static tokio::runtime::Handle {
+    static RT: std::sync::OnceLock<tokio::runtime::Handle> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the trigger runtime starts");
+        let handle = rt.handle().clone();
+        std::thread::Builder::new()
+            .name("ktimer-trigger".into())
+            .spawn(move || rt.block_on(std::future::pending::<()>()))
+            .expect("the trigger thread starts");
+        handle
+    })
 }

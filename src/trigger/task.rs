@@ -1,5 +1,6 @@
 //! The trigger task: recover, then claim, send and acknowledge until stopped.
 
+use super::calls::{finished, Call, Done};
 use super::lease::Lease;
 use super::ready::{Pending, Ready};
 use super::{Gate, TriggerConfig, Wake};
@@ -9,7 +10,7 @@ use crate::pace::Pacer;
 use crate::retry::Retry;
 use crate::shutdown::CancellationToken;
 use crate::sink::{Sink, SinkError};
-use crate::store::{ClaimWindow, Store, StoreError};
+use crate::store::{Store, StoreError};
 use crate::timer::Fire;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -79,6 +80,12 @@ pub(super) struct Trigger {
     pub pacer: Pacer,
     /// Fires per application (bounded labels: see [`crate::apps::Applications::label`]).
     pub app_fires: IntCounterVec,
+    /// The Redis call running beside the sending (`calls`), if any.
+    pub call: Option<Call>,
+    /// The error of the last call, for the next step to return.
+    pub call_failed: Option<StoreError>,
+    /// Whether the last call started was a claim.
+    pub claimed_last: bool,
 }
 
 impl Trigger {
@@ -116,6 +123,9 @@ impl Trigger {
             held: HashSet::new(),
             pacer: Pacer::default(),
             app_fires: metrics.app_fires.clone(),
+            call: None,
+            call_failed: None,
+            claimed_last: false,
         }
     }
 
@@ -162,55 +172,22 @@ impl Trigger {
         self.m.in_flight.set(n as i64);
     }
 
-    /// One round: (the first time) take over what is in flight, send what is due,
-    /// acknowledge, claim when it is time, send again. Sending first keeps the
-    /// acknowledgement's Redis round trip off the due fires' path.
+    /// One round: (the first time) take over what is in flight, send what is due, take
+    /// the broker's answers, start the next Redis call (`calls`: a claim when it is time,
+    /// else an acknowledgement), send again. No Redis round trip is awaited on the way
+    /// to a due fire but the first recovery and an expired lease's check.
     async fn step(&mut self) -> Result<(), StoreError> {
+        if let Some(e) = self.call_failed.take() {
+            return Err(e);
+        }
         if !self.recovered {
             self.recover().await?;
             self.recovered = true;
         }
         self.send_due().await?;
-        self.flush_acks().await?;
-        if self.wake.take_if_due(self.clock.now_ms()) {
-            if let Err(e) = self.claim().await {
-                self.wake.claim_again();
-                // A claim whose reply was lost (a timeout) may still have moved fires in
-                // flight: read the in-flight set again before the next claim.
-                self.recovered = false;
-                return Err(e);
-            }
-        }
+        self.take_answers();
+        self.start_call();
         self.send_due().await
-    }
-
-    /// Claims what is due within `claim_ahead_ms` and plans the next claim.
-    async fn claim(&mut self) -> Result<(), StoreError> {
-        let now = self.clock.now_ms();
-        let c = &self.cfg;
-        let issued = self.lease.issue();
-        let missed_before = now - c.misfire_threshold_ms;
-        let upto = now + c.claim_ahead_ms;
-        let window = ClaimWindow {
-            upto_ms: upto,
-            limit: c.claim_batch,
-            missed_before_ms: missed_before,
-            now_ms: now,
-            checkpoint: c.checkpoint.floor(now),
-        };
-        let claimed = (self.store)
-            .claim(self.partition, self.epoch, window)
-            .await?;
-        self.lease.confirm(issued);
-        let full = claimed.fires.len() >= self.cfg.claim_batch;
-        claimed.fires.into_iter().for_each(|f| self.push(f));
-        let next = match claimed.next_due_ms {
-            _ if full => now,
-            Some(d) => d - self.cfg.claim_ahead_ms,
-            None => i64::MAX,
-        };
-        self.wake.plan(next);
-        Ok(())
     }
 
     /// Before sending: if the [`Lease`] ran out, check the epoch now. An instance that
@@ -229,38 +206,26 @@ impl Trigger {
         Ok(())
     }
 
-    /// Takes the broker's answers that arrived, prunes the gate, and acknowledges the
-    /// delivered fires in Redis in one call.
-    async fn flush_acks(&mut self) -> Result<(), StoreError> {
+    /// Takes the broker's answers that arrived and prunes the gate.
+    fn take_answers(&mut self) {
         if !self.gate.is_empty() {
             self.gate.prune(&self.ready.timer_ids());
         }
         while let Some(Some((p, r))) = self.sending.next().now_or_never() {
             self.delivered(p, r);
         }
-        if self.acks.is_empty() {
-            return Ok(());
-        }
-        let issued = self.lease.issue();
-        self.store
-            .ack(self.partition, self.epoch, &self.acks)
-            .await?;
-        self.lease.confirm(issued);
-        for a in self.acks.drain(..) {
-            self.held.remove(super::delivery::acked_member(&a));
-        }
-        self.in_flight_gauge();
-        Ok(())
     }
 
     /// Sleeps until the next send or claim time, a wake-up, a delivery, or shutdown.
     async fn wait(&mut self) {
+        // While a call runs, the next one waits for it (no claim time, no acks waiting).
+        let idle = self.call.is_none();
         let until = wake_at(
             self.clock.now_ms(),
-            self.wake.claim_at(),
+            if idle { self.wake.claim_at() } else { i64::MAX },
             self.ready.next_at(),
             self.cfg.max_idle_ms,
-            !self.acks.is_empty(),
+            idle && !self.acks.is_empty(),
         );
         let clock = self.clock;
         tokio::select! {
@@ -268,28 +233,66 @@ impl Trigger {
             _ = clock.sleep_until(until) => {}
             _ = self.wake.notified() => {}
             Some((p, r)) = self.sending.next(), if !self.sending.is_empty() => self.delivered(p, r),
+            done = finished(&mut self.call) => self.call_done(done),
         }
     }
 
-    /// On shutdown: wait (bounded) for records already handed to the producer and
-    /// acknowledge them; fires not yet sent stay in flight for the next owner.
+    fn call_done(&mut self, done: Done) {
+        self.call = None;
+        if let Err(e) = self.finish_call(done) {
+            self.call_failed = Some(e);
+        }
+    }
+
+    /// On shutdown: wait (bounded) for the running call and for records already handed
+    /// to the producer, and acknowledge them; fires not yet sent stay in flight for the
+    /// next owner.
     async fn drain(&mut self) {
         let deadline = tokio::time::sleep(Duration::from_secs(5));
         tokio::pin!(deadline);
-        while !self.sending.is_empty() {
+        while !self.sending.is_empty() || self.call.is_some() {
             tokio::select! {
                 _ = &mut deadline => break,
-                Some((p, r)) = self.sending.next() => {
+                Some((p, r)) = self.sending.next(), if !self.sending.is_empty() => {
                     if r.is_ok() {
                         self.delivered(p, r);
                     }
                 }
+                done = finished(&mut self.call) => self.call_done(done),
             }
         }
-        if let Err(e) = self.flush_acks().await {
+        let last = match self.call_failed.take() {
+            Some(e) => Err(e),
+            None => self.final_ack().await,
+        };
+        if let Err(e) = last {
             tracing::warn!(partition = self.partition, error = %e, "final acknowledgement failed; fires stay in flight");
         }
         self.m.in_flight.set(0);
+    }
+
+    /// Acknowledges what is delivered, awaited (on shutdown, after the last call).
+    async fn final_ack(&mut self) -> Result<(), StoreError> {
+        self.take_answers();
+        if self.call.is_some() || self.acks.is_empty() {
+            return Ok(());
+        }
+        let done = self.ack_call().await;
+        self.finish_call(done)
+    }
+}
+
+/// When to claim next after a claim at `now_ms` that took everything due within
+/// `ahead_ms` (all of it unless `full`): `ahead_ms` before the next fire is due, but not
+/// sooner than half of `ahead_ms` from now, so a steady stream of fires is claimed in
+/// batches of half the window, each at least half the window ahead of its due time
+/// (the next fire is due after `now_ms + ahead_ms`), not one claim per millisecond.
+/// A full batch claims again at once; nothing left, never (until woken).
+pub(super) fn next_claim(now_ms: i64, ahead_ms: i64, next_due: Option<i64>, full: bool) -> i64 {
+    match next_due {
+        _ if full => now_ms,
+        Some(d) => (d - ahead_ms).max(now_ms + ahead_ms / 2),
+        None => i64::MAX,
     }
 }
 
@@ -311,7 +314,27 @@ pub(super) fn wake_at(
 
 #[cfg(test)]
 mod tests {
-    use super::wake_at;
+    use super::{next_claim, wake_at};
+
+    #[test]
+    fn a_steady_stream_is_claimed_half_a_window_at_a_time() {
+        // Claimed up to 1,100 at 1,000; the next fire is due at 1,101.
+        assert_eq!(next_claim(1_000, 100, Some(1_101), false), 1_050);
+        for d in 1_101..1_500 {
+            let at = next_claim(1_000, 100, Some(d), false);
+            assert!(
+                d - at >= 50,
+                "due {d} claimed at {at}: less than half the window ahead"
+            );
+            assert!(
+                at >= 1_050,
+                "due {d} claimed at {at}: sooner than half the window"
+            );
+        }
+        assert_eq!(next_claim(1_000, 100, Some(5_000), false), 4_900);
+        assert_eq!(next_claim(1_000, 100, Some(1_101), true), 1_000);
+        assert_eq!(next_claim(1_000, 100, None, false), i64::MAX);
+    }
 
     #[test]
     fn the_trigger_looks_again_at_the_first_thing_due() {

@@ -1,0 +1,148 @@
+//! The trigger's Redis calls beside its sending: a claim or an acknowledgement runs while
+//! the task goes on sending what is due, so a slow Redis round trip (Redis busy with a
+//! checkpoint page, or a saturated machine) never holds up a due fire.
+//!
+//! Invariants: at most one call runs at a time (so claims and acknowledgements keep
+//! their order, as when each was awaited in turn); a call's effects on the task (fires
+//! pushed, members no longer held, the lease, the next claim time) apply only when it
+//! finished; a call that failed leaves the task as a failed awaited call did (members to
+//! acknowledge kept, the in-flight set read again after a claim whose outcome is unknown).
+
+use super::delivery::acked_member;
+use super::task::{next_claim, Trigger};
+use crate::store::{ClaimWindow, StoreError};
+use crate::timer::Claimed;
+use std::future::Future;
+use std::pin::Pin;
+use tokio::time::Instant;
+
+/// A Redis call of the trigger in progress.
+pub(super) type Call = Pin<Box<dyn Future<Output = Done> + Send>>;
+
+/// A finished call, with what the task needs to take its result.
+pub(super) enum Done {
+    /// Acknowledged `members` (issued at `issued`, for the lease).
+    Acked {
+        members: Vec<String>,
+        issued: Instant,
+        result: Result<i64, StoreError>,
+    },
+    /// Claimed what was due within the claim window from `now_ms`.
+    Claimed {
+        issued: Instant,
+        now_ms: i64,
+        result: Result<Claimed, StoreError>,
+    },
+}
+
+/// Resolves when `call` finishes; never while there is none.
+pub(super) async fn finished(call: &mut Option<Call>) -> Done {
+    match call {
+        Some(c) => c.await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Trigger {
+    /// Starts the next call unless one runs: a claim when its time has come, else an
+    /// acknowledgement of what was delivered. A claim that follows a claim yields to
+    /// waiting acknowledgements, so a long backlog of full claims still acknowledges.
+    pub(super) fn start_call(&mut self) {
+        if self.call.is_some() {
+            return;
+        }
+        let now = self.clock.now_ms();
+        let acks = !self.acks.is_empty();
+        let claim_due = self.wake.claim_at() <= now && !(self.claimed_last && acks);
+        if claim_due && self.wake.take_if_due(now) {
+            self.claimed_last = true;
+            self.call = Some(self.claim_call(now));
+        } else if acks {
+            self.claimed_last = false;
+            self.call = Some(self.ack_call());
+        }
+    }
+
+    /// The acknowledgement of every member delivered so far (taken from `acks`).
+    pub(super) fn ack_call(&mut self) -> Call {
+        let members = std::mem::take(&mut self.acks);
+        let (store, p, epoch) = (self.store.clone(), self.partition, self.epoch);
+        let issued = self.lease.issue();
+        Box::pin(async move {
+            let result = store.ack(p, epoch, &members).await;
+            Done::Acked {
+                members,
+                issued,
+                result,
+            }
+        })
+    }
+
+    /// The claim of what is due within `claim_ahead_ms` of `now`.
+    fn claim_call(&self, now: i64) -> Call {
+        let c = &self.cfg;
+        let window = ClaimWindow {
+            upto_ms: now + c.claim_ahead_ms,
+            limit: c.claim_batch,
+            missed_before_ms: now - c.misfire_threshold_ms,
+            now_ms: now,
+            checkpoint: c.checkpoint.floor(now),
+        };
+        let (store, p, epoch) = (self.store.clone(), self.partition, self.epoch);
+        let issued = self.lease.issue();
+        Box::pin(async move {
+            let result = store.claim(p, epoch, window).await;
+            Done::Claimed {
+                issued,
+                now_ms: now,
+                result,
+            }
+        })
+    }
+
+    /// Takes the result of a finished call (the slot is empty again).
+    pub(super) fn finish_call(&mut self, done: Done) -> Result<(), StoreError> {
+        match done {
+            Done::Acked {
+                mut members,
+                issued,
+                result,
+            } => {
+                if let Err(e) = result {
+                    // Acknowledged again with the next call (an acknowledgement is idempotent).
+                    members.append(&mut self.acks);
+                    self.acks = members;
+                    return Err(e);
+                }
+                self.lease.confirm(issued);
+                for a in &members {
+                    self.held.remove(acked_member(a));
+                }
+                self.in_flight_gauge();
+            }
+            Done::Claimed {
+                issued,
+                now_ms,
+                result,
+            } => {
+                let claimed = match result {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.wake.claim_again();
+                        // A claim whose reply was lost (a timeout) may still have moved
+                        // fires in flight: read the in-flight set again before the next.
+                        self.recovered = false;
+                        return Err(e);
+                    }
+                };
+                self.lease.confirm(issued);
+                let c = &self.cfg;
+                let full = claimed.fires.len() >= c.claim_batch;
+                let next = next_claim(now_ms, c.claim_ahead_ms, claimed.next_due_ms, full);
+                claimed.fires.into_iter().for_each(|f| self.push(f));
+                self.wake.plan(next);
+            }
+        }
+        Ok(())
+    }
+}
