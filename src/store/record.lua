@@ -239,12 +239,8 @@ local function rec_def_pack(d)
   return {n, rest}
 end
 
--- The whole definition a record holds as `x` (rec_def_pack's result); nil if none.
-local function rec_def(x)
-  if type(x) ~= 'table' then
-    return x or nil
-  end
-  local n = x[1]
+-- Definition prefix number `n` (cached for the call).
+local function rec_dp_prefix(n)
   local prefix = REC.dp_by[n]
   if not prefix then
     prefix = redis.call('HGET', REC.base .. 'dp', '#' .. n)
@@ -253,10 +249,18 @@ local function rec_def(x)
     end
     REC.dp_by[n] = prefix
   end
-  return prefix .. x[2]
+  return prefix
 end
 
--- The application of raw record `a` (rec_raw).
+-- The whole definition a record holds as `x` (rec_def_pack's result); nil if none.
+local function rec_def(x)
+  if type(x) ~= 'table' then
+    return x or nil
+  end
+  return rec_dp_prefix(x[1]) .. x[2]
+end
+
+-- The application of raw record `a` (rec_raw): from its prefix when numbered.
 local function rec_app_raw(a)
   local x = a[REC_A]
   if x then
@@ -264,7 +268,7 @@ local function rec_app_raw(a)
   end
   x = a[REC_D]
   if type(x) == 'table' then
-    x = rec_def(x)
+    x = rec_dp_prefix(x[1])
   end
   return rec_app_of(x)
 end
