@@ -287,3 +287,54 @@ async fn downtime_backlog_fires_in_due_order() {
     );
     svc.stop().await;
 }
+
+/// 8. Redis stalls while claimed fires are due: a script keeps it busy for 600 ms (as a
+/// long checkpoint page or a saturated machine would), starting just before the first of
+/// 40 fires 10 ms apart, all claimed beforehand (`--claim-ahead-ms 1000`). The trigger's
+/// acknowledgement (and any claim) waits for Redis, but the sending does not: every fire
+/// goes out on time. (When the acknowledgement was awaited between sends, the fires after
+/// the first waited for the stall to end.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_does_not_hold_up_fires_already_claimed() {
+    let env = TestEnv::new("stall", 1, &["--claim-ahead-ms", "1000"]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let start = now_ms() + 3_000;
+    for i in 0..40 {
+        let id = format!("stall-{i}");
+        env.send(&common::once_at(&id, start + i * 10, ""), None)
+            .await;
+    }
+    let accepted = got.results(40, MIN).await;
+    assert!(accepted
+        .iter()
+        .all(|r| r.state.as_deref() == Some("SCHEDULED")));
+    let redis_url = common::servers().redis_url.clone();
+    sleep_until(start - 20).await;
+    let stall = tokio::task::spawn_blocking(move || {
+        let mut con = redis::Client::open(redis_url)
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let busy = "local t = redis.call('TIME'); local t0 = t[1] * 1e6 + t[2]; \
+            repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - t0 > 600000; return 1";
+        let began = now_ms();
+        let _: i64 = redis::cmd("EVAL").arg(busy).arg(0).query(&mut con).unwrap();
+        (began, now_ms())
+    });
+    let fires = got.fires(40, MIN).await;
+    let (began, ended) = stall.await.unwrap();
+    assert!(
+        began <= start && ended >= start + 390,
+        "the stall ({began}..{ended}) must cover the fires ({start}..{})",
+        start + 390
+    );
+    let late: Vec<i64> = fires.iter().map(|f| f.fired_ms - f.due_ms).collect();
+    println!("fire lateness during a 600 ms Redis stall: {late:?}");
+    assert!(late.iter().all(|&l| l >= 0), "early: {late:?}");
+    assert!(
+        late.iter().all(|&l| l <= 100),
+        "fires held up by the stall: {late:?}"
+    );
+    svc.stop().await;
+}
