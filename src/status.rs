@@ -13,6 +13,10 @@ pub struct Status {
     pub joined: bool,
     /// The commands-topic partitions it owns, sorted.
     pub owned: Vec<i32>,
+    /// Of the owned partitions taken without a rebuild: ms from their assignment until
+    /// their trigger started (the takeover path reads a few keys, whatever the partition
+    /// holds).
+    pub taken_ms: std::collections::BTreeMap<i32, u64>,
 }
 
 /// The sending side, shared by the parts of the service that publish their state.

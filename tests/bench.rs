@@ -52,7 +52,7 @@ fn n(v: &Value, path: &str) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_spread_run_with_started_instances_counts_every_timer() {
+async fn a_short_spread_run_with_started_instances_and_a_takeover_counts_every_timer() {
     let (r, svg) = bench(
         "bench-spread",
         &[
@@ -66,9 +66,15 @@ async fn a_short_spread_run_with_started_instances_counts_every_timer() {
             "2000",
             "--partitions",
             "2",
+            "--takeover",
         ],
     );
     assert_eq!(n(&r, "/pending/timers"), 2000.0);
+    // New instances took both partitions from the old ones without a rebuild (and then
+    // fired every timer of the fire phase below).
+    assert_eq!(n(&r, "/takeover/taken"), 2.0, "{r}");
+    assert!(n(&r, "/takeover/taken_max_ms") < 1_000.0, "{r}");
+    assert!(n(&r, "/takeover/owned_after_ms") >= n(&r, "/takeover/taken_max_ms"));
     assert_eq!(n(&r, "/pending/accepted"), 2000.0, "{r}");
     assert!(n(&r, "/pending/bytes_per_timer") > 0.0, "{r}");
     assert!(n(&r, "/pending/intake_per_s") > 0.0);

@@ -103,8 +103,9 @@ async fn ready(State(s): State<Arc<AdminState>>) -> Response {
     }
 }
 
-/// `{"joined": bool, "owned": [partitions]}`: what this instance owns now.
+/// `{"joined": bool, "owned": [partitions], "taken_ms": {"partition": ms}}`: what this
+/// instance owns now, and how long taking each took (those taken without a rebuild).
 async fn status(State(s): State<Arc<AdminState>>) -> Json<serde_json::Value> {
     let st = s.status.borrow().clone();
-    Json(serde_json::json!({"joined": st.joined, "owned": st.owned}))
+    Json(serde_json::json!({"joined": st.joined, "owned": st.owned, "taken_ms": st.taken_ms}))
 }

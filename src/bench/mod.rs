@@ -31,6 +31,7 @@ pub mod rebuild;
 pub mod report;
 pub mod setup;
 pub mod svg;
+pub mod takeover;
 
 use crate::codec::Codec;
 use crate::config::{BenchArgs, BenchDue};
@@ -53,13 +54,13 @@ const DAY_MS: i64 = 86_400_000;
 pub async fn run(args: BenchArgs, token: CancellationToken) -> anyhow::Result<()> {
     anyhow::ensure!(args.timers > 0, "--timers must be at least 1");
     let run = setup::run_id();
-    let env = Env::prepare(&args, &run).await?;
+    let mut env = Env::prepare(&args, &run).await?;
     let progress = Arc::new(Progress::default());
     let ticker_stop = CancellationToken::new();
     let ticker = progress.clone().print_every_second(ticker_stop.clone());
     let codec = Arc::new(Codec::new(env.kafka.schema_registry_url.as_deref())?);
     let outcome = tokio::select! {
-        r = phases(&args, &env, &progress, &codec) => r,
+        r = phases(&args, &mut env, &progress, &codec) => r,
         _ = token.cancelled() => Err(anyhow::anyhow!("interrupted")),
     };
     if env.prefix.is_none() && args.pending > 0 && !args.keep {
@@ -89,7 +90,7 @@ type Outcome = (Report, Histogram<u64>, Histogram<u64>);
 
 async fn phases(
     args: &BenchArgs,
-    env: &Env,
+    env: &mut Env,
     progress: &Arc<Progress>,
     codec: &Arc<Codec>,
 ) -> anyhow::Result<Outcome> {
@@ -101,6 +102,10 @@ async fn phases(
         (Some(p), true) => {
             Some(rebuild::rebuild_phase(env, args.partitions, p.accepted, progress).await?)
         }
+        _ => None,
+    };
+    let takeover = match (&pending, args.takeover) {
+        (Some(p), true) => Some(takeover::takeover_phase(env, args, p.accepted, progress).await?),
         _ => None,
     };
     // Lead time: how long producing and applying all commands will take, from the
@@ -150,6 +155,7 @@ async fn phases(
         }),
         pending,
         rebuild,
+        takeover,
         fire,
         baseline,
         command_baseline,

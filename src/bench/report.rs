@@ -157,6 +157,8 @@ pub struct Report {
     pub pending: Option<PendingReport>,
     /// Redis emptied and rebuilt from the state topic (with `--rebuild`).
     pub rebuild: Option<super::rebuild::RebuildReport>,
+    /// The instances stopped and started again (with `--takeover`).
+    pub takeover: Option<super::takeover::TakeoverReport>,
     /// The fire test.
     pub fire: FireReport,
     /// The baseline (absent with `--no-baseline`).
@@ -254,6 +256,14 @@ impl Report {
                 p.bytes_per_timer <= 160.0,
             );
         }
+        if let Some(t) = &self.takeover {
+            check(
+                &mut c,
+                "takeover: every partition taken in under 1 s, without a rebuild",
+                format!("{} of {}, max {} ms", t.taken, t.partitions, t.taken_max_ms),
+                t.taken == t.partitions && t.taken_max_ms < 1_000,
+            );
+        }
         self.checks = c;
     }
 
@@ -284,6 +294,13 @@ impl Report {
                 s,
                 "rebuild  {} of {} pending timers restored from the state topic in {} ms ({:.0}/s), from FLUSHDB",
                 r.restored, r.timers, r.elapsed_ms, r.per_s
+            );
+        }
+        if let Some(t) = &self.takeover {
+            let _ = writeln!(
+                s,
+                "takeover {} pending timers: new instances owned the {} partitions {} ms after the old ones stopped (group rebalance); taking one took at most {} ms ({} without a rebuild)",
+                t.timers, t.partitions, t.owned_after_ms, t.taken_max_ms, t.taken
             );
         }
         let _ = writeln!(

@@ -259,6 +259,24 @@ impl Env {
 
     /// Stops the started instances (draining them), then deletes what the run created
     /// unless `keep`.
+    /// Stops the started instances (SIGTERM's drain) and starts as many again, waiting
+    /// until they own the partitions; answers the new instances' statuses.
+    pub async fn restart(&mut self, args: &BenchArgs) -> anyhow::Result<Vec<Status>> {
+        let base = self.prefix.clone().context("instances the bench starts")?;
+        for s in &self.started {
+            s.token.cancel();
+        }
+        for s in self.started.drain(..) {
+            s.join.await??;
+        }
+        self.start(args, &base).await?;
+        Ok(self
+            .started
+            .iter()
+            .map(|s| s.status.borrow().clone())
+            .collect())
+    }
+
     pub async fn teardown(self, keep: bool) {
         for s in &self.started {
             s.token.cancel();

@@ -64,6 +64,12 @@ pub struct BenchArgs {
     /// topic. Only with instances the bench starts.
     #[arg(long, env = "KTIMER_BENCH_REBUILD")]
     pub rebuild: bool,
+    /// After the pending phase, stop the instances and start as many again, and measure
+    /// how long the new ones take to own the partitions (the group's rebalance) and to
+    /// take each (the takeover path, which must not grow with the pending timers). Only
+    /// with instances the bench starts.
+    #[arg(long, env = "KTIMER_BENCH_TAKEOVER")]
+    pub takeover: bool,
     /// Skip the pass-through baseline.
     #[arg(long, env = "KTIMER_BENCH_NO_BASELINE")]
     pub no_baseline: bool,

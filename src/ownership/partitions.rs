@@ -31,6 +31,8 @@ pub struct Owned {
     hold_until: Option<i64>,
     /// The last checkpoint sequence confirmed (before the tasks run).
     sequence: i64,
+    /// Taken without a rebuild: ms from the assignment until the tasks started.
+    taken_ms: Option<u64>,
 }
 
 impl Owned {
@@ -188,17 +190,15 @@ impl Partitions {
             tasks: None,
             hold_until: None,
             sequence: before.checkpoint.unwrap_or(0),
+            taken_ms: None,
         };
         if !super::needs_rebuild(&before, stale) {
             o.tasks = Some(t.start(p, epoch, o.sequence));
-            self.owned.insert(p, o);
             // The takeover path reads a few keys, whatever the partition holds.
-            tracing::info!(
-                partition = p,
-                epoch,
-                elapsed_ms = taking.elapsed().as_millis() as u64,
-                "partition taken: firing"
-            );
+            let elapsed_ms = taking.elapsed().as_millis() as u64;
+            o.taken_ms = Some(elapsed_ms);
+            self.owned.insert(p, o);
+            tracing::info!(partition = p, epoch, elapsed_ms, "partition taken: firing");
             return true;
         }
         let (topic, reader) = &t.state;
@@ -290,9 +290,15 @@ impl Partitions {
         self.gauge_triggers();
         let mut parts = self.ids();
         parts.sort_unstable();
+        let taken = self
+            .owned
+            .iter()
+            .filter_map(|(p, o)| Some((*p, o.taken_ms?)));
+        let taken_ms = taken.collect();
         t.status.send_modify(|s| {
             s.joined = true;
             s.owned = parts;
+            s.taken_ms = taken_ms;
         });
     }
 
