@@ -213,7 +213,7 @@ local function rec_dp_id(prefix)
     return n
   end
   local key = REC.base .. 'dp'
-  n = tonumber(redis.call('HGET', key, '=' .. prefix) or nil)
+  n = tonumber(redis.call('HGET', key, '=' .. prefix))
   if not n then
     n = redis.call('HLEN', key) / 2 + 1
     if n > REC_DP_MAX then
@@ -316,15 +316,14 @@ end
 
 -- The fields of a record unpacked into array `a` (rec_pack's order), as strings.
 local function rec_fields(id, a)
-  local d = rec_def(a[7])
   return {
     v = string.format('%d', a[1]),
     st = REC_STATES[a[2]] or a[2],
     rq = (a[3] == true and id) or a[3] or nil,
     k = a[4] or 'o',
     due = a[5] and string.format('%d', a[5]) or nil,
-    a = a[6] or rec_app_of(d),
-    d = d,
+    a = rec_app_raw(a),
+    d = rec_def(a[7]),
     p = a[8] or nil,
     h = a[9] or nil,
     lx = a[10] or nil,

@@ -132,9 +132,10 @@ pub fn spawn(
     let on_own_thread = matches!(cfg.clock, Clock::System);
     let t = task::Trigger::new(partition, epoch, store, sink, metrics, cfg, token.clone());
     let (wake, gate) = (t.wake.clone(), t.gate.clone());
-    let task = match on_own_thread {
-        true => Stoppable::spawn_on(runtime(), token, t.run()),
-        false => Stoppable::spawn(token, t.run()),
+    let task = if on_own_thread {
+        Stoppable::spawn_on(runtime(), token, t.run())
+    } else {
+        Stoppable::spawn(token, t.run())
     };
     TriggerHandle { wake, gate, task }
 }
