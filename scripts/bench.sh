@@ -58,7 +58,8 @@ else
   PIDS+=($!)
   REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 fi
-"$TANSU" broker --listener-url "tcp://127.0.0.1:$BROKER_PORT" \
+# Warnings only, whatever RUST_LOG says: at info Tansu logs every request.
+RUST_LOG=warn "$TANSU" broker --listener-url "tcp://127.0.0.1:$BROKER_PORT" \
   --advertised-listener-url "tcp://127.0.0.1:$BROKER_PORT" --storage-engine memory://tansu/ \
   >"$DIR/tansu.log" 2>&1 &
 PIDS+=($!)

@@ -41,7 +41,8 @@ say "starting redis-server on 127.0.0.1:$REDIS_PORT"
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$DIR/redis.log" 2>&1 &
 PIDS+=($!)
 say "starting the Tansu broker on 127.0.0.1:$BROKER_PORT (in-memory storage)"
-"$TANSU" broker --listener-url "tcp://127.0.0.1:$BROKER_PORT" \
+# Warnings only, whatever RUST_LOG says: at info Tansu logs every request.
+RUST_LOG=warn "$TANSU" broker --listener-url "tcp://127.0.0.1:$BROKER_PORT" \
   --advertised-listener-url "tcp://127.0.0.1:$BROKER_PORT" --storage-engine memory://tansu/ \
   >"$DIR/tansu.log" 2>&1 &
 PIDS+=($!)

@@ -23,6 +23,7 @@
 //! SVG histogram. The command fails when a timer fired early or never.
 
 pub mod baseline;
+pub mod host;
 pub mod load;
 pub mod nodes;
 pub mod observe;
@@ -55,6 +56,7 @@ pub async fn run(args: BenchArgs, token: CancellationToken) -> anyhow::Result<()
     anyhow::ensure!(args.timers > 0, "--timers must be at least 1");
     let run = setup::run_id();
     let mut env = Env::prepare(&args, &run).await?;
+    let host_before = host::measure().await;
     let progress = Arc::new(Progress::default());
     let ticker_stop = CancellationToken::new();
     let ticker = progress.clone().print_every_second(ticker_stop.clone());
@@ -72,7 +74,11 @@ pub async fn run(args: BenchArgs, token: CancellationToken) -> anyhow::Result<()
     ticker_stop.cancel();
     let _ = ticker.await;
     env.teardown(args.keep).await;
-    let (report, fire, delivery) = outcome?;
+    let (mut report, fire, delivery) = outcome?;
+    report.host = Some(host::HostSpeed {
+        before_ns: host_before,
+        after_ns: host::measure().await,
+    });
     let (json, svg) = report.write(&args.out, &fire, &delivery)?;
     print!("{}", report.text());
     println!("report: {} and {}", json.display(), svg.display());
@@ -159,6 +165,7 @@ async fn phases(
         fire,
         baseline,
         command_baseline,
+        host: None,
         checks: Vec::new(),
     };
     let offered = match args.due {

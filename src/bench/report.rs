@@ -166,6 +166,8 @@ pub struct Report {
     /// The command-shaped baseline: ratio = the pending phase's intake rate / its rate
     /// (absent without pending timers or with `--no-baseline`).
     pub command_baseline: Option<BaselineReport>,
+    /// How fast the machine ran before and after the run (set once the run ended).
+    pub host: Option<super::host::HostSpeed>,
     /// Targets checked.
     pub checks: Vec<Check>,
 }
@@ -272,6 +274,9 @@ impl Report {
         let mut s = String::new();
         let f = &self.fire;
         let _ = writeln!(s, "ktimer bench {}", self.run);
+        if let Some(h) = &self.host {
+            let _ = writeln!(s, "{}", h.line());
+        }
         if let Some(p) = &self.pending {
             let _ = writeln!(
                 s,

@@ -35,10 +35,13 @@ pub fn free_port() -> u16 {
 
 /// Spawns a server from a thread that waits on it (so it lives as long as the server),
 /// with PR_SET_PDEATHSIG, so the server dies with the test binary whatever happens.
+/// Servers log warnings only, whatever `RUST_LOG` the tests run under (Tansu at `info`
+/// logs every request's spans: gigabytes in one test run).
 pub fn spawn_server(mut cmd: Proc, log: &str) -> u32 {
     use std::os::unix::process::CommandExt;
     let log = std::fs::File::create(log).expect("log file");
-    cmd.stdout(Stdio::from(log.try_clone().unwrap()))
+    cmd.env("RUST_LOG", "warn")
+        .stdout(Stdio::from(log.try_clone().unwrap()))
         .stderr(Stdio::from(log));
     unsafe {
         cmd.pre_exec(|| {
