@@ -210,3 +210,87 @@ async fn a_claim_from_redis_older_than_the_checkpoint_floor_is_refused() {
         .expect("Redis holds the floor");
     assert_eq!(claimed.fires.len(), 1);
 }
+
+/// The intake writes the states of the timers it changes itself (`apply_writing`): until
+/// it confirms them, a checkpoint neither answers those timers (a fire's tombstone must not
+/// precede their record) nor reflects their commands; a write that failed goes back to
+/// the checkpoints, and one never confirmed is handed over with the partition.
+#[tokio::test]
+async fn states_the_intake_writes_hold_the_checkpoint_until_confirmed() {
+    let mut w = World::new("writing").await;
+    let write = |w: &mut World, id: &str, due: i64| w.request(once(id, due), T0);
+    let req = write(&mut w, "a", T0 + 60_000);
+    let a = req.offset;
+    let (applied, _, written) = w.store.apply_writing(&[req], &[], T0).await.unwrap();
+    assert_eq!(applied[0].state, Some(TimerState::Scheduled));
+    assert_eq!(written.len(), 1);
+    let (id, fields) = &written[0].timers[0];
+    let fields = fields.as_ref().expect("a state, not a tombstone");
+    assert_eq!((id.as_str(), written[0].epoch), ("a", w.epoch));
+    assert_eq!(fields.fields["st"].as_ref(), b"scheduled");
+    assert_eq!(
+        fields.fields["p"].as_ref(),
+        b"1",
+        "it owes a tombstone when it ends"
+    );
+
+    let page = w.checkpoint(T0 + 100).await;
+    assert_eq!(
+        ids(&page),
+        vec![],
+        "the intake writes it, not the checkpoint"
+    );
+    assert_eq!(
+        page.applied,
+        a - 1,
+        "its command is not reflected before the write"
+    );
+
+    assert_eq!(w.fire(T0 + 60_000).await, vec!["a"]);
+    let page = w.checkpoint(T0 + 60_100).await;
+    assert_eq!(
+        ids(&page),
+        vec![],
+        "its tombstone waits for the intake's record"
+    );
+    assert_eq!((page.left, page.applied), (0, a - 1));
+
+    w.store
+        .written((0, w.epoch), true, &["a".into()])
+        .await
+        .unwrap();
+    let page = w.checkpoint(T0 + 60_200).await;
+    assert_eq!(ids(&page), vec![("a", false)], "then the tombstone follows");
+    assert_eq!(page.applied, a);
+
+    let req = write(&mut w, "b", T0 + 120_000);
+    w.store.apply_writing(&[req], &[], T0).await.unwrap();
+    w.store
+        .written((0, w.epoch), false, &["b".into()])
+        .await
+        .unwrap();
+    let page = w.checkpoint(T0 + 60_300).await;
+    assert_eq!(
+        ids(&page),
+        vec![("b", true)],
+        "a failed write is the checkpoint's again"
+    );
+    assert_eq!(page.applied, w.offset);
+
+    let req = write(&mut w, "c", T0 + 120_000);
+    w.store.apply_writing(&[req], &[], T0).await.unwrap();
+    let old = w.epoch;
+    w.epoch = w.store.acquire(0, T0 + 60_400).await.unwrap();
+    let page = w.checkpoint(T0 + 60_400).await;
+    assert_eq!(
+        ids(&page),
+        vec![("c", true)],
+        "the new owner writes what was not confirmed"
+    );
+    assert_eq!(page.applied, w.offset);
+    let late = w.store.written((0, old), true, &["c".into()]).await;
+    assert!(
+        late.is_err_and(|e| e.is_fenced()),
+        "the old owner's confirmation is fenced"
+    );
+}

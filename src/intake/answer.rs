@@ -18,6 +18,7 @@ use crate::ownership::IntakeContext;
 use crate::retry::{Retry, Stopped};
 use crate::shutdown::CancellationToken;
 use crate::sink::{delivered, Sink, SinkError};
+use crate::store::{Store, Written};
 use crate::validate::echo;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::DeliveryFuture;
@@ -28,10 +29,12 @@ use tokio::sync::mpsc;
 /// Batches waiting for acknowledgements at most; the intake waits when more are.
 pub(crate) const DEPTH: usize = 4;
 
-/// One batch's results, enqueued to the producer.
+/// One batch's results and state records, enqueued to the producer.
 pub(crate) struct Batch {
     handled: Vec<Handled>,
     sent: Vec<Result<DeliveryFuture, SinkError>>,
+    /// The states of the timers the batch changed, to write.
+    pub(super) states: Vec<Written>,
 }
 
 /// Enqueues the result of every handled record (in order) and counts the outcomes.
@@ -63,7 +66,11 @@ pub(crate) async fn send(
         }
         sent.push(answer(sink, topic, h).await);
     }
-    Batch { handled, sent }
+    Batch {
+        handled,
+        sent,
+        states: Vec::new(),
+    }
 }
 
 /// Enqueues a record's answer: its result, or the command itself forwarded to its key's
@@ -84,6 +91,7 @@ async fn answer(sink: &Sink, topic: &str, h: &Handled) -> Result<DeliveryFuture,
 /// interrupts a retry.
 pub(crate) async fn confirm(
     mut batches: mpsc::Receiver<Batch>,
+    store: Store,
     sink: Arc<Sink>,
     consumer: Arc<StreamConsumer<IntakeContext>>,
     topic: String,
@@ -91,7 +99,13 @@ pub(crate) async fn confirm(
     token: CancellationToken,
 ) {
     let retry = Retry::new("command result", &token);
+    let written = Retry::new("state written", &token)
+        .counting(metrics.redis_errors.with_label_values(&["written"]));
     while let Some(batch) = batches.recv().await {
+        let states = super::states::send(&sink, batch.states).await;
+        if !super::states::confirm(&store, &sink, states, &metrics, &written).await {
+            return;
+        }
         let mut next_offsets: HashMap<i32, i64> = HashMap::new();
         for (h, sent) in batch.handled.iter().zip(batch.sent) {
             // The first try waits for the record already enqueued; retries send it again.

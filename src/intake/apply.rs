@@ -6,14 +6,15 @@ use super::{Handled, Intake};
 use crate::command::CommandResult;
 use crate::ownership::Running;
 use crate::retry::Retry;
+use crate::store::Written;
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op};
 use rdkafka::Offset;
 
 impl Intake {
     /// Applies the batch and records the offsets handled; returns the records to answer
-    /// (those of fenced partitions are dropped: replayed or handled by the new owner).
-    /// `None` on shutdown.
-    pub(super) async fn apply(&mut self, batch: Prepared) -> Option<Vec<Handled>> {
+    /// (those of fenced partitions are dropped: replayed or handled by the new owner) and
+    /// the states of the timers changed, to write. `None` on shutdown.
+    pub(super) async fn apply(&mut self, batch: Prepared) -> Option<(Vec<Handled>, Vec<Written>)> {
         let Prepared {
             mut handled,
             requests,
@@ -23,8 +24,8 @@ impl Intake {
         let retry = Retry::new("apply", &self.token)
             .counting(self.metrics.redis_errors.with_label_values(&["apply"]));
         let (store, now) = (&self.store, self.clock.now_ms());
-        let (applied, mut fenced) = retry
-            .forever(|| store.apply(&requests, &marks, now))
+        let (applied, mut fenced, written) = retry
+            .forever(|| store.apply_writing(&requests, &marks, now))
             .await?;
         for ((slot, req), a) in slots.into_iter().zip(&requests).zip(applied) {
             if a.outcome == ApplyOutcome::Fenced {
@@ -57,7 +58,7 @@ impl Intake {
         handled
             .iter_mut()
             .for_each(|h| h.result.processed_at_ms = applied_at);
-        Some(handled)
+        Some((handled, written))
     }
 
     /// Another owner, or Redis lost data: the ownership check decides. Partitions found

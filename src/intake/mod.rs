@@ -5,6 +5,8 @@
 //! - [`apply`]: apply the valid commands to Redis in one pipeline of Lua calls (one
 //!   atomic, idempotent call per partition and up to 200 commands, storing the applied
 //!   offset), handle fencing, and wake the partitions' triggers;
+//! - [`states`]: the answer stage produces the state record of every timer the batch
+//!   changed (Redis answered them with the apply), then confirms them to Redis;
 //! - [`answer`]: enqueue one result record per command; a separate task waits until the
 //!   broker acknowledged every result and only then stores the offsets for the next
 //!   commit, while the next batch is applied (rust-rdkafka's `at_least_once.rs` recipe).
@@ -16,6 +18,7 @@
 mod answer;
 mod apply;
 mod prepare;
+mod states;
 
 use crate::catalog::Catalog;
 use crate::clock::Clock;
@@ -108,6 +111,7 @@ impl Intake {
         let (answers, waiting) = mpsc::channel(answer::DEPTH);
         let confirming = tokio::spawn(answer::confirm(
             waiting,
+            self.store.clone(),
             self.sink.clone(),
             self.consumer.clone(),
             self.topic.clone(),
@@ -169,11 +173,13 @@ impl Intake {
         let Some(prepared) = self.prepare(&live).await else {
             return;
         };
-        let Some(handled) = self.apply(prepared).await else {
+        let Some((handled, written)) = self.apply(prepared).await else {
             return;
         };
         let apps = self.limits.apps.current();
-        let batch = answer::send(&self.sink, &self.metrics, &apps, &self.topic, handled).await;
+        let mut batch = answer::send(&self.sink, &self.metrics, &apps, &self.topic, handled).await;
+        // Encoded and produced by the answer stage, off this loop.
+        batch.states = written;
         // Waiting for the acknowledgements overlaps the next batch; the channel is short,
         // so a slow broker still holds the intake back.
         if answers.send(batch).await.is_err() {

@@ -3,11 +3,14 @@
 -- KEYS: 1 epoch, 2 applied offset, 3 slice index, 4 in-flight set, 5 cron index,
 --       6 dirty set (timers changed since the last checkpoint, scored by the first
 --       command that changed them since), 7 deferred timers by due, 8 by first offset
---       (checkpoint.lua), 9 live timers per application
+--       (checkpoint.lua), 9 live timers per application, 10 timers whose state the
+--       caller writes (zset of ids by the first offset written, checkpoint.lua)
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
 --       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
 --       6 defer ms, 7 the partition's key prefix (timer records, record.lua), 8 history
---       entries kept per timer, 9 history TTL ms, then per command a group:
+--       entries kept per timer, 9 history TTL ms, 10 '1' when the caller writes the
+--       states of the timers this call changes (else the checkpoint does), then per
+--       command a group:
 --       +0 command offset, +1 op (create | update | pause | resume | cancel | fire), +2 timer id,
 --       +3 request id, +4 kind (o one-shot | c cron), +5 due ms (one-shot due, first
 --       cron occurrence, or the extra fire's), +6 stored definition ('' keeps the current one on update),
@@ -17,7 +20,8 @@
 --       application may have in the partition ('' no limit), +15 number of cron
 --       occurrences that follow, +16.. the occurrences to materialise
 -- Returns {'fenced'} (also when Redis is behind ARGV[4]: it lost writes), or per command {code, version, state, due, reason} flattened; code
--- is accepted | duplicate | rejected.
+-- is accepted | duplicate | rejected; with ARGV[10] = '1', then the states to write: per
+-- timer id, n, n field/value pairs (n = -1: a tombstone), as checkpoint.lua answers them.
 -- Invariants:
 -- * the version of a timer is the offset of the last command that changed it, so every
 --   cron member "\1version:due:id" of an older version is stale and never claimed;
@@ -40,6 +44,10 @@
 -- * every timer an accepted command changed is in the dirty set, so the next checkpoint
 --   writes its state to the state topic; a new one-shot timer due within the defer time
 --   goes straight to the deferred sets instead (checkpoint.lua);
+-- * with ARGV[10] = '1', a changed timer not in KEYS[10] is answered (its state after
+--   the call, or a tombstone) and enters KEYS[10] scored by its first command of the call
+--   instead of the dirty set: the caller writes it and then removes it (written.lua); one
+--   already in KEYS[10] (a write not confirmed) goes to the dirty set as before;
 -- * a live timer in the dirty set carries p (its state is owed to the state topic, and
 --   then a tombstone when it ends): set here, so a checkpoint never rewrites the record;
 -- * a fire (FIRE_NOW) of a timer Redis holds, in any state, adds one extra fire: slice
@@ -62,6 +70,8 @@ local top = -1
 local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
 -- Set by a create whose timer is deferred rather than dirty.
 local deferred = false
+-- Set by each command: whether Redis held a record of its timer before it.
+local existed = false
 -- Minutes entered in the slice index by this call (one ZADD per minute).
 local indexed = {}
 
@@ -143,6 +153,7 @@ local function apply_one(a)
     top = noff
   end
   local t, h = rec_get(id)
+  existed = t ~= nil
   if not OPS[op] then
     return 'rejected', 'unknown operation ' .. op, t
   end
@@ -277,21 +288,45 @@ local function apply_one(a)
   return 'accepted', '', t
 end
 
-local a = 10
+local a = 11
 -- (offset, id) pairs for the dirty set, added in one call at the end.
 local dirty = {}
+-- Timers whose state this call answers: ids in order, and each one's fields after it.
+local writing = ARGV[10] == '1'
+local written, last = {}, {}
+-- (offset, id) pairs for KEYS[10], added in one call at the end.
+local writes = {}
 while a <= #ARGV do
   deferred = false
+  local id = ARGV[a + 2]
   local code, reason, t = apply_one(a)
   if code == 'rejected' and t and t.a == ARGV[a + 13] then
     rec_hist_push(t, entry(a, 'rejected', reason))
-    rec_put(ARGV[a + 2], t)
+    rec_put(id, t)
+    if last[id] then
+      last[id] = t
+    end
   end
   if code == 'again' then
     code = 'accepted'
   elseif code == 'accepted' and not deferred then
-    dirty[#dirty + 1] = ARGV[a]
-    dirty[#dirty + 1] = ARGV[a + 2]
+    if last[id] then
+      last[id] = t
+    elseif writing and not (existed and redis.call('ZSCORE', KEYS[10], id)) then
+      -- (A timer Redis held no record of cannot be in KEYS[10].)
+      written[#written + 1] = id
+      last[id] = t
+      writes[#writes + 1] = ARGV[a]
+      writes[#writes + 1] = id
+      if existed then
+        -- Written now: a deferral of an earlier command no longer holds the checkpoint.
+        redis.call('ZREM', KEYS[7], id)
+        redis.call('ZREM', KEYS[8], id)
+      end
+    else
+      dirty[#dirty + 1] = ARGV[a]
+      dirty[#dirty + 1] = id
+    end
   end
   t = t or {}
   out[#out + 1] = code
@@ -304,8 +339,17 @@ end
 for i = 1, #dirty, 1000 do
   redis.call('ZADD', KEYS[6], 'LT', unpack(dirty, i, math.min(i + 999, #dirty)))
 end
+for i = 1, #writes, 1000 do
+  redis.call('ZADD', KEYS[10], unpack(writes, i, math.min(i + 999, #writes)))
+end
 if top > tonumber(redis.call('GET', KEYS[2]) or '-1') then
   redis.call('SET', KEYS[2], top)
+end
+for _, id in ipairs(written) do
+  if not rec_state_answer(id, last[id], out) then
+    -- Ended before any state of it was written: nothing is owed.
+    redis.call('ZREM', KEYS[10], id)
+  end
 end
 rec_flush()
 return out

@@ -4,7 +4,9 @@ use super::cron::refill_at;
 use super::{bad_reply, Store, StoreError};
 use crate::codec;
 use crate::command::MisfirePolicy;
-use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op, Schedule, TimerDef, TimerState};
+use crate::timer::{
+    Applied, ApplyOutcome, ApplyRequest, Op, Schedule, TimerDef, TimerFields, TimerState,
+};
 use redis::{FromRedisValue, Pipeline, ScriptInvocation, ToRedisArgs};
 use std::collections::{BTreeMap, HashMap};
 
@@ -30,19 +32,60 @@ pub struct Mark {
     pub floor: i64,
 }
 
+/// States of timers a chunk of commands changed, for the caller to write to the state
+/// topic and then confirm ([`Store::written`]); until then the partition's checkpoints
+/// leave these timers alone and reflect no command from the first one written on.
+#[derive(Debug, Clone, Default)]
+pub struct Written {
+    /// Commands-topic partition.
+    pub partition: i32,
+    /// The epoch the commands were applied under.
+    pub epoch: i64,
+    /// Per timer its state after the chunk, or `None` for a tombstone.
+    pub timers: Vec<(String, Option<TimerFields>)>,
+}
+
+/// What an apply did: per command, the partitions whose epoch moved, and the states to
+/// write (only when the caller writes them).
+pub type ApplyResult = (Vec<Applied>, Vec<i32>, Vec<Written>);
+
 impl Store {
     /// Applies commands in one pipeline per partition (their order is kept), then records per
     /// partition the highest offset handled (applied or rejected before Redis) under its
     /// epoch. Returns what each command did and the partitions whose epoch moved (nothing
-    /// was recorded for them). `now_ms` dates the cron windows' refill times.
+    /// was recorded for them). `now_ms` dates the cron windows' refill times. The states
+    /// of the timers changed are left to the checkpoints.
     pub async fn apply(
         &self,
         reqs: &[ApplyRequest],
         marks: &[Mark],
         now_ms: i64,
     ) -> Result<(Vec<Applied>, Vec<i32>), StoreError> {
+        let (applied, moved, _) = self.apply_calls(reqs, marks, now_ms, false).await?;
+        Ok((applied, moved))
+    }
+
+    /// [`Store::apply`], answering the states of the timers changed as well: the caller
+    /// writes them to the state topic and confirms them with [`Store::written`] (the
+    /// intake, sparing the checkpoint a second read of every timer).
+    pub async fn apply_writing(
+        &self,
+        reqs: &[ApplyRequest],
+        marks: &[Mark],
+        now_ms: i64,
+    ) -> Result<ApplyResult, StoreError> {
+        self.apply_calls(reqs, marks, now_ms, true).await
+    }
+
+    async fn apply_calls(
+        &self,
+        reqs: &[ApplyRequest],
+        marks: &[Mark],
+        now_ms: i64,
+        writing: bool,
+    ) -> Result<ApplyResult, StoreError> {
         if reqs.is_empty() && marks.is_empty() {
-            return Ok((vec![], vec![]));
+            return Ok((vec![], vec![], vec![]));
         }
         let chunks = chunks(reqs);
         let floor = |p: i32| {
@@ -67,6 +110,7 @@ impl Store {
                 .key(k.deferred())
                 .key(k.deferred_offsets())
                 .key(k.apps())
+                .key(k.writing())
                 .arg(first.epoch)
                 .arg(self.retention_ms)
                 .arg(k.slice_prefix())
@@ -75,7 +119,8 @@ impl Store {
                 .arg(super::state::DEFER_MS)
                 .arg(k.base())
                 .arg(self.history.entries)
-                .arg(self.history.ttl_ms);
+                .arg(self.history.ttl_ms)
+                .arg(if writing { "1" } else { "0" });
             for &i in chunk {
                 command_args(&reqs[i], now_ms, &mut inv)?;
             }
@@ -103,13 +148,23 @@ impl Store {
         .await?;
         let mut applied: Vec<Option<Applied>> = vec![None; reqs.len()];
         let mut moved = Vec::new();
+        let mut written = Vec::new();
         let answered = pipes.values().flat_map(|(_, calls)| calls);
         for (call, v) in answered.zip(replies.into_iter().flatten()) {
             match *call {
                 Call::Chunk(c) => {
-                    let row = Vec::<String>::from_redis_value(v).map_err(bad_reply)?;
-                    for (&i, a) in chunks[c].iter().zip(parse_chunk(row, chunks[c].len())?) {
+                    let row = Vec::<redis::Value>::from_redis_value(v).map_err(bad_reply)?;
+                    let (answers, timers) = parse_chunk(row, chunks[c].len())?;
+                    for (&i, a) in chunks[c].iter().zip(answers) {
                         applied[i] = Some(a);
+                    }
+                    if !timers.is_empty() {
+                        let first = &reqs[chunks[c][0]];
+                        written.push(Written {
+                            partition: first.partition,
+                            epoch: first.epoch,
+                            timers,
+                        });
                     }
                 }
                 Call::Mark(i) => {
@@ -122,7 +177,7 @@ impl Store {
         let applied = applied
             .into_iter()
             .map(|a| a.expect("every command answered"));
-        Ok((applied.collect(), moved))
+        Ok((applied.collect(), moved, written))
     }
 }
 
@@ -250,19 +305,33 @@ fn misfire_code(p: MisfirePolicy) -> &'static str {
     }
 }
 
-/// Parses apply.lua's answer for a chunk of `n` commands.
-fn parse_chunk(row: Vec<String>, n: usize) -> Result<Vec<Applied>, StoreError> {
-    if row.len() == 1 && row[0] == "fenced" {
-        return Ok(vec![Applied::fenced(); n]);
+/// Parses apply.lua's answer for a chunk of `n` commands: what each did, then the
+/// states to write.
+fn parse_chunk(row: Vec<redis::Value>, n: usize) -> Result<(Vec<Applied>, States), StoreError> {
+    if row.len() == 1 && matches!(&row[0], redis::Value::BulkString(b) if b == b"fenced") {
+        return Ok((vec![Applied::fenced(); n], vec![]));
     }
-    if row.len() != ANSWER_FIELDS * n {
+    if row.len() < ANSWER_FIELDS * n {
         return Err(StoreError::Reply(format!(
             "apply answered {} fields for {n} commands",
             row.len()
         )));
     }
-    row.chunks(ANSWER_FIELDS).map(parse_applied).collect()
+    let mut row = row.into_iter();
+    let answers: Vec<String> = row
+        .by_ref()
+        .take(ANSWER_FIELDS * n)
+        .map(|v| String::from_redis_value(v).map_err(bad_reply))
+        .collect::<Result<_, _>>()?;
+    let applied = answers
+        .chunks(ANSWER_FIELDS)
+        .map(parse_applied)
+        .collect::<Result<_, _>>()?;
+    Ok((applied, super::state::parse_states(row)?))
 }
+
+/// Timer states answered by a script: id and fields, or `None` for a tombstone.
+type States = Vec<(String, Option<TimerFields>)>;
 
 fn parse_applied(one: &[String]) -> Result<Applied, StoreError> {
     let [code, version, state, due, reason] = one else {

@@ -7,7 +7,8 @@
 -- in-flight members listed.
 -- KEYS: 1 epoch, 2 dirty set, 3 pending set, 4 slice index, 5 in-flight set,
 --       6 applied offset, 7 deferred timers by due, 8 deferred timers by first offset,
---       9 acknowledgement counter, 10 checkpoint sequence
+--       9 acknowledgement counter, 10 checkpoint sequence, 11 timers whose state the
+--       intake writes (apply.lua; by the first command offset written)
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix, 4 now ms, 5 most
 --       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
@@ -24,7 +25,11 @@
 -- * a timer that ended before any of its states was written owes no tombstone (field p
 --   marks a timer whose state was written);
 -- * the watermark is at most now, below the first pending slice member, and below the
---   first in-flight member not listed.
+--   first in-flight member not listed;
+-- * a timer whose state the intake is writing (KEYS[11]) stays dirty and is not answered
+--   (its record must not follow a later state of it), and the reflected offset stays
+--   below the first command the intake has not confirmed written; neither counts in
+--   `left`.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
@@ -54,19 +59,7 @@ local function answer(id, t)
     return
   end
   emitted[id] = true
-  if not t or (TERMINAL[t.st] and t.p) then
-    emit[#emit + 1] = id
-    emit[#emit + 1] = -1
-  elseif not TERMINAL[t.st] then
-    if not t.p then
-      t.p = '1'
-      rec_put(id, t)
-    end
-    local at = #emit + 2
-    emit[#emit + 1] = id
-    emit[#emit + 1] = 0
-    emit[at] = rec_emit(t, emit)
-  end
+  rec_state_answer(id, t, emit)
 end
 
 -- A page whose records were not confirmed is answered again first.
@@ -77,6 +70,8 @@ end
 
 -- Moves a page of the dirty set to the pending set, deferring timers due soon.
 local want = tonumber(ARGV[5]) - #leftover
+-- (first offset, id) pairs left dirty: the intake is writing their state.
+local held = {}
 if want > 0 then
   local page = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
   -- The page is the dirty set's first members: removed by rank, in one call.
@@ -85,22 +80,31 @@ if want > 0 then
   end
   -- Taken into the pending set together at the end.
   local taken = {}
+  local writing = redis.call('ZCARD', KEYS[11]) > 0
   for i = 1, #page, 2 do
     local id, first = page[i], page[i + 1]
-    local t = rec_get(id)
-    local f = t or {}
-    local due = tonumber(f.due or '0')
-    if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > now - grace then
-      redis.call('ZADD', KEYS[7], due, id)
-      redis.call('ZADD', KEYS[8], 'LT', first, id)
+    if writing and redis.call('ZSCORE', KEYS[11], id) then
+      held[#held + 1] = first
+      held[#held + 1] = id
     else
-      redis.call('ZREM', KEYS[7], id)
-      redis.call('ZREM', KEYS[8], id)
-      if f.p or not TERMINAL[f.st] then
-        taken[#taken + 1] = id
-        answer(id, t)
+      local t = rec_get(id)
+      local f = t or {}
+      local due = tonumber(f.due or '0')
+      if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > now - grace then
+        redis.call('ZADD', KEYS[7], due, id)
+        redis.call('ZADD', KEYS[8], 'LT', first, id)
+      else
+        redis.call('ZREM', KEYS[7], id)
+        redis.call('ZREM', KEYS[8], id)
+        if f.p or not TERMINAL[f.st] then
+          taken[#taken + 1] = id
+          answer(id, t)
+        end
       end
     end
+  end
+  if #held > 0 then
+    redis.call('ZADD', KEYS[2], unpack(held))
   end
   for j = 1, #taken, 1000 do
     redis.call('SADD', KEYS[3], unpack(taken, j, math.min(j + 999, #taken)))
@@ -126,11 +130,13 @@ if #flight / 2 > listed then
   through = math.min(through, tonumber(flight[#flight]) - 1)
 end
 local reflected = tonumber(redis.call('GET', KEYS[6]) or '-1')
-local oldest = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
-if #oldest > 0 and tonumber(oldest[2]) - 1 < reflected then
-  reflected = tonumber(oldest[2]) - 1
+for _, key in ipairs({KEYS[8], KEYS[11]}) do
+  local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #oldest > 0 and tonumber(oldest[2]) - 1 < reflected then
+    reflected = tonumber(oldest[2]) - 1
+  end
 end
-local out = {redis.call('ZCARD', KEYS[2]), through, string.format('%d', reflected),
+local out = {redis.call('ZCARD', KEYS[2]) - #held / 2, through, string.format('%d', reflected),
   redis.call('GET', KEYS[9]) or '0', m}
 for i = 1, m do
   out[#out + 1] = flight[2 * i - 1]

@@ -22,7 +22,10 @@ impl Store {
     pub async fn acquire(&self, partition: i32, now_ms: i64) -> Result<i64, StoreError> {
         let k = self.keys(partition);
         let mut inv = self.scripts.acquire.prepare_invoke();
-        inv.key(k.epoch()).arg(now_ms);
+        inv.key(k.epoch())
+            .key(k.writing())
+            .key(k.dirty())
+            .arg(now_ms);
         let mut p = redis::pipe();
         p.invoke_script(&inv);
         let (epoch,): (i64,) = self.run("acquire", &p).await?;

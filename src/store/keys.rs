@@ -58,6 +58,11 @@ impl Keys {
     pub fn deferred_offsets(&self) -> String {
         self.key("deferred:off")
     }
+    /// Timers whose state the intake is writing itself (apply.lua answered it; zset of
+    /// ids by the first command offset written), until it confirms them (written.lua).
+    pub fn writing(&self) -> String {
+        self.key("writing")
+    }
     /// Timers taken from the dirty set whose state records are not confirmed yet (set).
     pub fn pending(&self) -> String {
         self.key("pending")
@@ -175,6 +180,7 @@ mod tests {
             k.pending(),
             k.deferred(),
             k.deferred_offsets(),
+            k.writing(),
             k.checkpoint(),
             k.acks(),
             k.format(),

@@ -44,7 +44,7 @@ mod state;
 pub mod tune;
 mod view;
 
-pub use apply::Mark;
+pub use apply::{ApplyResult, Mark, Written};
 pub use cron::CronDue;
 pub use epoch::PartitionState;
 pub use fires::ClaimWindow;
@@ -166,6 +166,7 @@ struct Scripts {
     acquire: Lua,
     checkpoint: Lua,
     checkpointed: Lua,
+    written: Lua,
     restore: Lua,
     read: Lua,
     promote: Lua,
@@ -185,6 +186,7 @@ impl Scripts {
             acquire: Lua::new(include_str!("acquire.lua")),
             checkpoint: Lua::new(&with_prelude(include_str!("checkpoint.lua"))),
             checkpointed: Lua::new(include_str!("checkpointed.lua")),
+            written: Lua::new(include_str!("written.lua")),
             restore: Lua::new(&with_prelude(include_str!("restore.lua"))),
             read: Lua::new(&with_prelude(include_str!("read.lua"))),
             promote: Lua::new(&with_prelude(include_str!("promote.lua"))),
@@ -192,7 +194,7 @@ impl Scripts {
         }
     }
 
-    fn all(&self) -> [&Lua; 14] {
+    fn all(&self) -> [&Lua; 15] {
         [
             &self.apply,
             &self.mark,
@@ -204,6 +206,7 @@ impl Scripts {
             &self.acquire,
             &self.checkpoint,
             &self.checkpointed,
+            &self.written,
             &self.restore,
             &self.read,
             &self.promote,

@@ -222,3 +222,29 @@ local function rec_flush()
   end
   REC.minutes = {}
 end
+
+-- The state record owed for timer `id` (fields `t` after a change, nil when gone),
+-- appended to `out` as id, n, n field/value pairs, or id, -1 for a tombstone; false when
+-- nothing is owed (it ended before any state of it was written). A live timer is marked
+-- `p` (its state was written: it owes a tombstone when it ends). checkpoint.lua and
+-- apply.lua answer states this one way.
+local REC_TERMINAL = {fired = true, completed = true, cancelled = true, dead_lettered = true}
+local function rec_state_answer(id, t, out)
+  if not t or (REC_TERMINAL[t.st] and t.p) then
+    out[#out + 1] = id
+    out[#out + 1] = -1
+    return true
+  end
+  if REC_TERMINAL[t.st] then
+    return false
+  end
+  if not t.p then
+    t.p = '1'
+    rec_put(id, t)
+  end
+  local at = #out + 2
+  out[#out + 1] = id
+  out[#out + 1] = 0
+  out[at] = rec_emit(t, out)
+  return true
+end

@@ -47,16 +47,39 @@ pub const DEFER_GRACE_MS: i64 = 5_000;
 const WIPE_PAGE: usize = 1000;
 
 impl Store {
-    /// Timers of `partition` changed since their state was last written (dirty, or in a
-    /// page not confirmed yet): 0 once the state topic has caught up.
+    /// Timers of `partition` changed since their state was last written (dirty, in a
+    /// page not confirmed yet, or written by the intake and not confirmed): 0 once the
+    /// state topic has caught up.
     pub async fn unwritten(&self, partition: i32) -> Result<u64, StoreError> {
         let k = self.keys(partition);
-        let (dirty, pending): (u64, u64) = redis::pipe()
+        let (dirty, pending, writing): (u64, u64, u64) = redis::pipe()
             .zcard(k.dirty())
             .scard(k.pending())
+            .zcard(k.writing())
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(dirty + pending)
+        Ok(dirty + pending + writing)
+    }
+
+    /// Confirms the states the intake wrote for `ids` of `partition` held at `epoch`:
+    /// `delivered`, or not (they go back to the dirty set, for the checkpoint to write).
+    pub async fn written(
+        &self,
+        (partition, epoch): (i32, i64),
+        delivered: bool,
+        ids: &[String],
+    ) -> Result<(), StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.written.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.writing())
+            .key(k.dirty())
+            .arg(epoch)
+            .arg(if delivered { "delivered" } else { "failed" });
+        for id in ids {
+            inv.arg(id);
+        }
+        self.counted("written", partition, &inv).await.map(|_| ())
     }
 
     /// Takes one page of `partition`'s checkpoint at `now_ms`: up to `limits.0` changed
@@ -80,6 +103,7 @@ impl Store {
             .key(k.deferred_offsets())
             .key(k.acks())
             .key(k.checkpoint())
+            .key(k.writing())
             .arg(epoch)
             .arg(k.base())
             .arg(k.slice_prefix())
@@ -218,12 +242,26 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
     for _ in 0..m {
         page.in_flight.push(text(next()?)?);
     }
+    page.timers = parse_states(it)?;
+    Ok(page)
+}
+
+/// Timer states as checkpoint.lua and apply.lua answer them: per timer its id, n, and n
+/// field/value pairs (n < 0: a tombstone).
+pub(super) fn parse_states(
+    it: impl Iterator<Item = Value>,
+) -> Result<Vec<(String, Option<TimerFields>)>, StoreError> {
+    let int =
+        |v: Value| -> Result<i64, StoreError> { redis::from_redis_value(v).map_err(bad_reply) };
+    let text =
+        |v: Value| -> Result<String, StoreError> { redis::from_redis_value(v).map_err(bad_reply) };
     let mut it = it.peekable();
+    let mut timers = Vec::new();
     while let Some(id) = it.next() {
         let id = text(id)?;
         let n = int(it.next().ok_or_else(|| bad_reply("short timer"))?)?;
         if n < 0 {
-            page.timers.push((id, None));
+            timers.push((id, None));
             continue;
         }
         let mut fields = TimerFields::default();
@@ -234,7 +272,7 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
             let value: Vec<u8> = redis::from_redis_value(value).map_err(bad_reply)?;
             fields.fields.insert(text(name)?, value.into());
         }
-        page.timers.push((id, Some(fields)));
+        timers.push((id, Some(fields)));
     }
-    Ok(page)
+    Ok(timers)
 }

@@ -111,8 +111,12 @@ fn commands_are_chunked_per_partition_in_order() {
 
 #[test]
 fn answers_parse_into_typed_outcomes() {
-    let row = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let got = parse_chunk(
+    let row = |v: &[&str]| {
+        v.iter()
+            .map(|s| redis::Value::BulkString(s.as_bytes().to_vec()))
+            .collect::<Vec<_>>()
+    };
+    let (got, states) = parse_chunk(
         row(&[
             "accepted",
             "42",
@@ -142,8 +146,34 @@ fn answers_parse_into_typed_outcomes() {
     assert_eq!(got[2].outcome, ApplyOutcome::Rejected);
     assert_eq!((got[2].version, got[2].state), (None, None));
     assert_eq!(got[2].reason, "unknown timer");
-    let fenced = parse_chunk(row(&["fenced"]), 2).unwrap();
+    assert!(states.is_empty());
+    let (fenced, _) = parse_chunk(row(&["fenced"]), 2).unwrap();
     assert!(fenced.iter().all(|a| a.outcome == ApplyOutcome::Fenced));
     assert!(parse_chunk(row(&["accepted"]), 2).is_err());
     assert!(parse_chunk(row(&["maybe", "", "", "", ""]), 1).is_err());
+}
+
+#[test]
+fn states_to_write_follow_the_answers() {
+    use redis::Value;
+    let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    let mut row: Vec<Value> = ["accepted", "7", "scheduled", "99", ""]
+        .iter()
+        .map(|s| text(s))
+        .collect();
+    row.extend([text("t1"), Value::Int(2), text("st"), text("scheduled")]);
+    row.extend([text("v"), Value::BulkString(b"\xff7".to_vec())]);
+    row.extend([text("t2"), Value::Int(-1)]);
+    let (got, states) = parse_chunk(row, 1).unwrap();
+    assert_eq!(got[0].outcome, ApplyOutcome::Accepted);
+    assert_eq!(states.len(), 2);
+    assert_eq!(states[0].0, "t1");
+    let fields = states[0].1.as_ref().expect("fields");
+    assert_eq!(fields.fields.len(), 2);
+    assert_eq!(
+        fields.fields["v"].as_ref(),
+        b"\xff7",
+        "binary values kept as bytes"
+    );
+    assert_eq!(states[1], ("t2".to_string(), None));
 }

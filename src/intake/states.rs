@@ -1,0 +1,87 @@
+//! The states the intake writes itself: Redis answered the state of every timer a chunk
+//! of commands changed (`apply.lua`), so the state records are produced with the results
+//! instead of being read back by the next checkpoint (about half of Redis's work per
+//! command when they were).
+//!
+//! Invariants (with `checkpoint.lua` and `written.lua`):
+//! * until its write is confirmed, a timer stays in the partition's `writing` set: the
+//!   checkpoints neither answer it (a later state of it, a fire, must not precede this
+//!   record) nor reflect a command from its first one written on;
+//! * a write confirmed delivered leaves the set; one that failed goes back to the dirty
+//!   set, and the next checkpoint writes the timer's state as it is then;
+//! * a write never confirmed (the process died, the partition moved) is handed to the
+//!   dirty set when an owner next takes the partition (`acquire.lua`).
+
+use crate::codec::encode_timer_state;
+use crate::metrics::Metrics;
+use crate::retry::{Retry, Stopped};
+use crate::sink::{delivered, Sink, SinkError};
+use crate::store::{Store, StoreError, Written};
+use rdkafka::producer::DeliveryFuture;
+
+/// The state records of one chunk, enqueued to the producer.
+pub(crate) struct StateWrites {
+    partition: i32,
+    epoch: i64,
+    ids: Vec<String>,
+    sent: Vec<Result<DeliveryFuture, SinkError>>,
+}
+
+/// Enqueues the state record of every timer in `written` (to its partition of the state
+/// topic, keyed by the timer id; a tombstone for a timer that ended).
+pub(crate) async fn send(sink: &Sink, written: Vec<Written>) -> Vec<StateWrites> {
+    let mut writes = Vec::with_capacity(written.len());
+    for w in written {
+        let mut ids = Vec::with_capacity(w.timers.len());
+        let mut sent = Vec::with_capacity(w.timers.len());
+        for (id, fields) in w.timers {
+            let value = fields.as_ref().map(encode_timer_state).transpose();
+            sent.push(match value {
+                Ok(v) => {
+                    sink.send_state(w.partition, id.as_bytes(), v.as_deref())
+                        .await
+                }
+                Err(e) => Err(SinkError::Codec(e)),
+            });
+            ids.push(id);
+        }
+        writes.push(StateWrites {
+            partition: w.partition,
+            epoch: w.epoch,
+            ids,
+            sent,
+        });
+    }
+    writes
+}
+
+/// Waits for the records of `writes` and confirms them to Redis: delivered, or back to
+/// the checkpoints. `false` on shutdown.
+pub(crate) async fn confirm(
+    store: &Store,
+    sink: &Sink,
+    writes: Vec<StateWrites>,
+    metrics: &Metrics,
+    retry: &Retry,
+) -> bool {
+    for w in writes {
+        let mut all = true;
+        for sent in w.sent {
+            if let Err(e) = async { delivered(sent?).await }.await {
+                sink.heal(&e);
+                metrics.kafka_errors.with_label_values(&["state"]).inc();
+                all = false;
+            }
+        }
+        let held = (w.partition, w.epoch);
+        match retry
+            .run(StoreError::is_fenced, || store.written(held, all, &w.ids))
+            .await
+        {
+            // Fenced: the new owner took the unconfirmed writes over.
+            Ok(()) | Err(Stopped::Fatal(_)) => {}
+            Err(Stopped::Shutdown) => return false,
+        }
+    }
+    true
+}
