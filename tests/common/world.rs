@@ -153,3 +153,20 @@ impl World {
         }
     }
 }
+
+impl Drop for World {
+    /// A scenario that passed leaves nothing behind: its servers stop and its directory
+    /// (AOF files of tens of MB, logs) goes. A failed one keeps them to look at.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        // (A server the scenario already killed is not signalled again: its pid may be
+        // another process's by now.)
+        if std::net::TcpStream::connect(("127.0.0.1", self.redis.port)).is_ok() {
+            self.redis.kill();
+        }
+        signal(self.broker.pid, libc::SIGKILL);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
