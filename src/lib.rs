@@ -26,7 +26,8 @@
 //! - [`timer`]: the domain types the flow passes along (operation, schedule, stored
 //!   definition, apply request and its typed outcome, the claimed fire).
 //! - [`intake`]: consumes commands; `prepare` (decode, validate, deliverability), `apply`
-//!   (Redis, fencing, waking triggers), `answer` (results, then offsets).
+//!   (Redis, fencing, waking triggers), `answer` (results, then offsets), `states` (the
+//!   state records of the timers changed, written with the results).
 //! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
 //! - [`ownership`]: the consumer's rebalance callback, the owned partitions with their
 //!   tasks, fencing epochs, replay when Redis lost data.
