@@ -174,7 +174,7 @@ fn minimal(r: &CommandResult, e: &SinkError) -> CommandResult {
 }
 
 /// Waits for an enqueued record's acknowledgement.
-async fn confirmed(sent: Result<DeliveryFuture, SinkError>) -> Result<(), SinkError> {
+pub(super) async fn confirmed(sent: Result<DeliveryFuture, SinkError>) -> Result<(), SinkError> {
     delivered(sent?).await.map(|_| ())
 }
 

@@ -15,7 +15,7 @@
 use crate::codec::encode_timer_state;
 use crate::metrics::Metrics;
 use crate::retry::{Retry, Stopped};
-use crate::sink::{delivered, Sink, SinkError};
+use crate::sink::{Sink, SinkError};
 use crate::store::{Store, StoreError, Written};
 use rdkafka::producer::DeliveryFuture;
 
@@ -67,7 +67,7 @@ pub(crate) async fn confirm(
     for w in writes {
         let mut all = true;
         for sent in w.sent {
-            if let Err(e) = async { delivered(sent?).await }.await {
+            if let Err(e) = super::answer::confirmed(sent).await {
                 sink.heal(&e);
                 metrics.kafka_errors.with_label_values(&["state"]).inc();
                 all = false;

@@ -1,6 +1,7 @@
 //! Applying commands (`apply.lua`) and marking handled offsets (`mark.lua`).
 
 use super::cron::refill_at;
+use super::state::States;
 use super::{bad_reply, Store, StoreError};
 use crate::codec;
 use crate::command::MisfirePolicy;
@@ -329,9 +330,6 @@ fn parse_chunk(row: Vec<redis::Value>, n: usize) -> Result<(Vec<Applied>, States
         .collect::<Result<_, _>>()?;
     Ok((applied, super::state::parse_states(row)?))
 }
-
-/// Timer states answered by a script: id and fields, or `None` for a tombstone.
-type States = Vec<(String, Option<TimerFields>)>;
 
 fn parse_applied(one: &[String]) -> Result<Applied, StoreError> {
     let [code, version, state, due, reason] = one else {

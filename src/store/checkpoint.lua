@@ -36,7 +36,6 @@ end
 if tonumber(redis.call('GET', KEYS[10]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
-local TERMINAL = {fired = 1, completed = 1, cancelled = 1, dead_lettered = 1}
 local now, defer, grace = tonumber(ARGV[4]), tonumber(ARGV[7]), tonumber(ARGV[8])
 
 -- Deferred timers past due and grace: fired by now (nothing to write) or stuck (write).
@@ -96,7 +95,7 @@ if want > 0 then
       else
         redis.call('ZREM', KEYS[7], id)
         redis.call('ZREM', KEYS[8], id)
-        if f.p or not TERMINAL[f.st] then
+        if f.p or not REC_TERMINAL[f.st] then
           taken[#taken + 1] = id
           answer(id, t)
         end

@@ -246,16 +246,16 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
     Ok(page)
 }
 
+/// Timer states answered by a script: id and fields, or `None` for a tombstone.
+pub(super) type States = Vec<(String, Option<TimerFields>)>;
+
 /// Timer states as checkpoint.lua and apply.lua answer them: per timer its id, n, and n
 /// field/value pairs (n < 0: a tombstone).
-pub(super) fn parse_states(
-    it: impl Iterator<Item = Value>,
-) -> Result<Vec<(String, Option<TimerFields>)>, StoreError> {
+pub(super) fn parse_states(mut it: impl Iterator<Item = Value>) -> Result<States, StoreError> {
     let int =
         |v: Value| -> Result<i64, StoreError> { redis::from_redis_value(v).map_err(bad_reply) };
     let text =
         |v: Value| -> Result<String, StoreError> { redis::from_redis_value(v).map_err(bad_reply) };
-    let mut it = it.peekable();
     let mut timers = Vec::new();
     while let Some(id) = it.next() {
         let id = text(id)?;
