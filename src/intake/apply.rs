@@ -1,32 +1,148 @@
-//! Applying a prepared batch to Redis: one pipeline, fencing, waking the triggers, and
-//! filling each result with what the store did.
+//! Applying a prepared batch to Redis: one pipeline in a task of its own (overlapping
+//! the intake's other work), fencing, waking the triggers, and filling each result with
+//! what the store did.
 
 use super::prepare::Prepared;
-use super::{Handled, Intake};
+use super::{answer, Handled, Intake};
 use crate::command::CommandResult;
 use crate::ownership::Running;
 use crate::retry::Retry;
-use crate::store::Written;
+use crate::store::{ApplyResult, Written};
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op};
 use rdkafka::Offset;
+use std::time::Instant;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+/// A batch Redis is applying, in a task of its own.
+pub(super) struct InFlight {
+    task: JoinHandle<Done>,
+}
+
+/// A batch and what Redis answered for it (`None` on shutdown).
+pub(super) type Done = (Prepared, Option<ApplyResult>);
+
+/// What a settled batch leaves to do: its records to answer, the states to write, and
+/// the partitions fenced (the batch after it must not apply theirs).
+pub(super) struct Settled {
+    pub handled: Vec<Handled>,
+    pub written: Vec<Written>,
+    pub fenced: Vec<i32>,
+    /// When the batch was taken from the consumer.
+    pub since: Instant,
+}
+
+/// The batches between the consumer and the answer stage: at most one in Redis, and
+/// at most one prepared, waiting for it. While Redis applies one, the intake reads,
+/// decodes and validates the next and enqueues the results of the one before (Redis
+/// would otherwise idle meanwhile); the consumer is not read further ahead, so a seek
+/// or a rebalance never finds records of its partitions held back here unseen.
+#[derive(Default)]
+pub(super) struct Flight {
+    inflight: Option<InFlight>,
+    next: Option<Prepared>,
+}
+
+impl Flight {
+    /// Whether the intake may read and prepare another batch now.
+    pub fn has_room(&self) -> bool {
+        self.next.is_none()
+    }
+
+    /// The batch in Redis, once it landed; never when there is none (for `select!`).
+    pub async fn landed(&mut self) -> Done {
+        match &mut self.inflight {
+            Some(f) => match (&mut f.task).await {
+                Ok(done) => done,
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
 
 impl Intake {
-    /// Applies the batch and records the offsets handled; returns the records to answer
-    /// (those of fenced partitions are dropped: replayed or handled by the new owner) and
-    /// the states of the timers changed, to write. `None` on shutdown.
-    pub(super) async fn apply(&mut self, batch: Prepared) -> Option<(Vec<Handled>, Vec<Written>)> {
+    /// A prepared batch goes to Redis at once when none is there, else waits in line.
+    pub(super) fn enqueue(&self, flight: &mut Flight, batch: Prepared) {
+        if batch.handled.is_empty() {
+            return;
+        }
+        match flight.inflight {
+            None => flight.inflight = Some(self.launch(batch)),
+            Some(_) => flight.next = Some(batch),
+        }
+    }
+
+    /// The batch in Redis landed: settle it, send the next one (revised: records of
+    /// partitions fenced or no longer live are dropped, floors raised), then answer the
+    /// landed one. A batch that did not land (shutdown) takes the next with it: nothing
+    /// after an unapplied command may be applied or answered.
+    pub(super) async fn advance(
+        &mut self,
+        flight: &mut Flight,
+        done: Done,
+        answers: &mpsc::Sender<answer::Batch>,
+    ) {
+        flight.inflight = None;
+        let settled = self.settle(done).await;
+        let next = flight.next.take();
+        if let (Some(s), Some(mut next)) = (&settled, next) {
+            let partitions = &self.partitions;
+            next.revise(|p| match s.fenced.contains(&p) {
+                true => None,
+                false => partitions.live(p),
+            });
+            self.enqueue(flight, next);
+        }
+        if let Some(s) = settled {
+            let since = s.since;
+            self.answer(s, answers).await;
+            self.metrics
+                .intake_batch
+                .observe(since.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Lands every batch in flight: before anything changes the partitions, and on
+    /// shutdown.
+    pub(super) async fn land(
+        &mut self,
+        flight: &mut Flight,
+        answers: &mpsc::Sender<answer::Batch>,
+    ) {
+        while flight.inflight.is_some() {
+            let done = flight.landed().await;
+            self.advance(flight, done, answers).await;
+        }
+    }
+
+    /// Starts applying the batch (retrying while Redis fails, until shutdown).
+    fn launch(&self, batch: Prepared) -> InFlight {
+        let store = self.store.clone();
+        let retry = Retry::new("apply", &self.token)
+            .counting(self.metrics.redis_errors.with_label_values(&["apply"]));
+        let now = self.clock.now_ms();
+        let task = tokio::spawn(async move {
+            let applied = retry
+                .forever(|| store.apply_writing(&batch.requests, &batch.marks, now))
+                .await;
+            (batch, applied)
+        });
+        InFlight { task }
+    }
+
+    /// Takes what Redis did with a batch: wakes the triggers, records the offsets
+    /// handled, rechecks fenced partitions (their records are dropped: replayed or
+    /// handled by the new owner). `None` on shutdown.
+    async fn settle(&mut self, (batch, applied): Done) -> Option<Settled> {
         let Prepared {
             mut handled,
             requests,
             slots,
             marks,
+            since,
         } = batch;
-        let retry = Retry::new("apply", &self.token)
-            .counting(self.metrics.redis_errors.with_label_values(&["apply"]));
-        let (store, now) = (&self.store, self.clock.now_ms());
-        let (applied, mut fenced, written) = retry
-            .forever(|| store.apply_writing(&requests, &marks, now))
-            .await?;
+        let (applied, mut fenced, written) = applied?;
         for ((slot, req), a) in slots.into_iter().zip(&requests).zip(applied) {
             if a.outcome == ApplyOutcome::Fenced {
                 fenced.push(req.partition);
@@ -58,7 +174,12 @@ impl Intake {
         handled
             .iter_mut()
             .for_each(|h| h.result.processed_at_ms = applied_at);
-        Some((handled, written))
+        Some(Settled {
+            handled,
+            written,
+            fenced,
+            since,
+        })
     }
 
     /// Another owner, or Redis lost data: the ownership check decides. Partitions found

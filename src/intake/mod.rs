@@ -3,8 +3,12 @@
 //! Per batch of records, along the flow, one file each:
 //! - [`prepare`]: decode, validate, check the callback topic would accept the fires;
 //! - [`apply`]: apply the valid commands to Redis in one pipeline of Lua calls (one
-//!   atomic, idempotent call per partition and up to 200 commands, storing the applied
-//!   offset), handle fencing, and wake the partitions' triggers;
+//!   atomic, idempotent call per partition and up to 100 commands, storing the applied
+//!   offset), handle fencing, and wake the partitions' triggers. One batch is in Redis
+//!   while the loop reads and prepares the next and enqueues the results of the one
+//!   before; the next is revised (fenced partitions dropped, floors raised) before it
+//!   is applied, and anything that changes the partitions (rebalance, ownership check,
+//!   shutdown) first lands the batches in flight;
 //! - [`states`]: the answer stage produces the state record of every timer the batch
 //!   changed (Redis answered them with the apply), then confirms them to Redis;
 //! - [`answer`]: enqueue one result record per command; a separate task waits until the
@@ -31,6 +35,7 @@ use crate::shutdown::CancellationToken;
 use crate::sink::Sink;
 use crate::store::Store;
 use crate::validate::Limits;
+use apply::{Flight, Settled};
 use futures::StreamExt;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -120,18 +125,25 @@ impl Intake {
         ));
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut flight = Flight::default();
         loop {
             tokio::select! {
                 biased;
                 _ = self.token.cancelled() => break,
-                Some(ev) = self.events.recv() => self.rebalance(ev).await,
+                Some(ev) = self.events.recv() => {
+                    self.land(&mut flight, &answers).await;
+                    self.rebalance(ev).await;
+                }
                 _ = tick.tick() => {
+                    self.land(&mut flight, &answers).await;
                     let parts = self.partitions.ids();
                     self.partitions.check(&parts).await;
                     self.partitions.gauge_triggers();
                 }
-                Some(chunk) = stream.next() => {
+                done = flight.landed() => self.advance(&mut flight, done, &answers).await,
+                Some(chunk) = stream.next(), if flight.has_room() => {
                     while let Ok(ev) = self.events.try_recv() {
+                        self.land(&mut flight, &answers).await;
                         self.rebalance(ev).await;
                     }
                     let msgs = chunk.into_iter().filter_map(|m| match m {
@@ -142,10 +154,12 @@ impl Intake {
                             None
                         }
                     }).collect::<Vec<_>>();
-                    self.process(msgs, &answers).await;
+                    self.process(msgs, &mut flight).await;
                 }
             }
         }
+        // Answers what Redis applies before the shutdown (the rest is replayed).
+        self.land(&mut flight, &answers).await;
         drop(answers);
         let _ = confirming.await;
         self.partitions.stop_all().await;
@@ -163,25 +177,26 @@ impl Intake {
         let _ = self.partitions.rebalance(ev).await;
     }
 
-    /// One batch: prepare, apply, hand the results to the answer stage.
-    async fn process(&mut self, msgs: Vec<OwnedMessage>, answers: &mpsc::Sender<answer::Batch>) {
-        let _timer = self.metrics.intake_batch.start_timer();
+    /// One batch: prepare it, and apply it as soon as Redis is free ([`apply`]).
+    async fn process(&mut self, msgs: Vec<OwnedMessage>, flight: &mut Flight) {
         let live: Vec<&OwnedMessage> = msgs
             .iter()
             .filter(|m| self.partitions.live(m.partition()).is_some())
             .collect();
-        let Some(prepared) = self.prepare(&live).await else {
-            return;
-        };
-        let Some((handled, written)) = self.apply(prepared).await else {
-            return;
-        };
+        if let Some(prepared) = self.prepare(&live).await {
+            self.enqueue(flight, prepared);
+        }
+    }
+
+    /// Enqueues a settled batch's results and hands it to the answer stage.
+    async fn answer(&self, settled: Settled, answers: &mpsc::Sender<answer::Batch>) {
         let apps = self.limits.apps.current();
-        let mut batch = answer::send(&self.sink, &self.metrics, &apps, &self.topic, handled).await;
+        let (topic, handled) = (&self.topic, settled.handled);
+        let mut batch = answer::send(&self.sink, &self.metrics, &apps, topic, handled).await;
         // Encoded and produced by the answer stage, off this loop.
-        batch.states = written;
-        // Waiting for the acknowledgements overlaps the next batch; the channel is short,
-        // so a slow broker still holds the intake back.
+        batch.states = settled.written;
+        // Waiting for the acknowledgements overlaps the next batches; the channel is
+        // short, so a slow broker still holds the intake back.
         if answers.send(batch).await.is_err() {
             tracing::warn!("the answer stage stopped; results stay unacknowledged");
         }

@@ -23,6 +23,49 @@ pub(super) struct Prepared {
     pub slots: Vec<usize>,
     /// Per partition, the highest offset of the batch, under the epoch held.
     pub marks: Vec<Mark>,
+    /// When the batch was taken from the consumer.
+    pub since: std::time::Instant,
+}
+
+impl Prepared {
+    /// Brings a batch prepared while the one before was applied up to date: `held(p)`
+    /// answers the epoch partition `p` is held at now and the highest offset applied
+    /// since (what [`Mark::floor`] means), or `None` when its records are not to be
+    /// applied any more (not held, or sought back: the consumer delivers them again).
+    /// A partition held at another epoch than the one prepared is dropped too. Dropped
+    /// records are neither applied nor answered, and their offsets are not stored.
+    pub fn revise(&mut self, held: impl Fn(i32) -> Option<(i64, i64)>) {
+        let mut dropped = Vec::new();
+        self.marks.retain_mut(|m| match held(m.partition) {
+            Some((epoch, floor)) if epoch == m.epoch => {
+                m.floor = floor;
+                true
+            }
+            _ => {
+                dropped.push(m.partition);
+                false
+            }
+        });
+        if dropped.is_empty() {
+            return;
+        }
+        // Old index in `handled` -> new one, for the records kept.
+        let mut moved = Vec::with_capacity(self.handled.len());
+        let mut kept = 0;
+        for h in &self.handled {
+            moved.push((!dropped.contains(&h.partition)).then_some(kept));
+            kept += usize::from(!dropped.contains(&h.partition));
+        }
+        self.handled.retain(|h| !dropped.contains(&h.partition));
+        let requests = std::mem::take(&mut self.requests);
+        let slots = std::mem::take(&mut self.slots);
+        for (req, slot) in requests.into_iter().zip(slots) {
+            if let Some(at) = moved[slot] {
+                self.requests.push(req);
+                self.slots.push(at);
+            }
+        }
+    }
 }
 
 impl Intake {
@@ -34,6 +77,7 @@ impl Intake {
             requests: Vec::new(),
             slots: Vec::new(),
             marks: Vec::new(),
+            since: std::time::Instant::now(),
         };
         for m in msgs {
             let Some((epoch, floor)) = self.partitions.live(m.partition()) else {
@@ -242,4 +286,93 @@ fn describe(r: &mut CommandResult, cmd: &TimerCommand) {
     r.timer_id = Some(cmd.timer_id.clone());
     r.application = Some(cmd.application.clone());
     r.kind = Some(cmd.kind.as_str().to_string());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A batch of records at (partition, offset); the odd offsets are valid commands.
+    fn batch(records: &[(i32, i64)], epoch: i64) -> Prepared {
+        let mut out = Prepared {
+            handled: Vec::new(),
+            requests: Vec::new(),
+            slots: Vec::new(),
+            marks: Vec::new(),
+            since: std::time::Instant::now(),
+        };
+        for &(p, off) in records {
+            mark(&mut out.marks, p, (epoch, 3), off);
+            let m = OwnedMessage::new(
+                None,
+                None,
+                "t".into(),
+                rdkafka::Timestamp::NotAvailable,
+                p,
+                off,
+                None,
+            );
+            if off % 2 == 1 {
+                out.slots.push(out.handled.len());
+                out.requests.push(ApplyRequest {
+                    partition: p,
+                    epoch,
+                    offset: off,
+                    timer_id: format!("t{p}-{off}"),
+                    request_id: String::new(),
+                    application: String::new(),
+                    max_pending: None,
+                    op: Op::Cancel,
+                });
+            }
+            out.handled.push(unanswered(&m, 0));
+        }
+        out
+    }
+
+    #[test]
+    fn revising_keeps_the_partitions_still_held_and_their_slots() {
+        let mut b = batch(
+            &[
+                (0, 10),
+                (1, 11),
+                (0, 13),
+                (2, 20),
+                (1, 12),
+                (2, 21),
+                (0, 14),
+            ],
+            7,
+        );
+        // 0 still held, applied up to 9 since; 1 sought back; 2 held at a newer epoch.
+        b.revise(|p| match p {
+            0 => Some((7, 9)),
+            2 => Some((8, 30)),
+            _ => None,
+        });
+        let at = |h: &Handled| (h.partition, h.offset);
+        assert_eq!(
+            b.handled.iter().map(at).collect::<Vec<_>>(),
+            [(0, 10), (0, 13), (0, 14)]
+        );
+        assert_eq!(b.requests.len(), 1);
+        assert_eq!(b.requests[0].timer_id, "t0-13");
+        assert_eq!(b.slots, [1]);
+        assert_eq!(at(&b.handled[b.slots[0]]), (0, 13));
+        assert_eq!(b.marks.len(), 1);
+        assert_eq!(
+            (b.marks[0].partition, b.marks[0].offset, b.marks[0].floor),
+            (0, 14, 9)
+        );
+    }
+
+    #[test]
+    fn revising_with_every_partition_held_only_moves_the_floors() {
+        let mut b = batch(&[(0, 1), (1, 3), (0, 2)], 7);
+        b.revise(|p| Some((7, 100 + i64::from(p))));
+        assert_eq!(b.handled.len(), 3);
+        assert_eq!(b.slots, [0, 1]);
+        let floors: Vec<_> = b.marks.iter().map(|m| (m.partition, m.floor)).collect();
+        assert_eq!(floors, [(0, 100), (1, 101)]);
+    }
 }

@@ -204,6 +204,10 @@ impl Checkpointer {
     async fn take(&mut self) -> Result<(), StateError> {
         let mut wrote = false;
         loop {
+            // Between pages: a shutdown leaves the rest to the next owner.
+            if self.token.is_cancelled() {
+                return Ok(());
+            }
             let now = self.cfg.clock.now_ms();
             // Redis back from older data: its states must never reach the state topic.
             let held = (self.partition, self.epoch, self.confirmed.floor(now));

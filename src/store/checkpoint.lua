@@ -8,7 +8,8 @@
 -- KEYS: 1 epoch, 2 dirty set, 3 pending set, 4 slice index, 5 in-flight set,
 --       6 applied offset, 7 deferred timers by due, 8 deferred timers by first offset,
 --       9 acknowledgement counter, 10 checkpoint sequence, 11 timers whose state the
---       intake writes (apply.lua; by the first command offset written)
+--       intake writes (apply.lua; by the first command offset written), 12 dirty timers
+--       waiting for such a write (by the first command offset that changed them)
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix, 4 now ms, 5 most
 --       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
@@ -26,10 +27,11 @@
 --   marks a timer whose state was written);
 -- * the watermark is at most now, below the first pending slice member, and below the
 --   first in-flight member not listed;
--- * a timer whose state the intake is writing (KEYS[11]) stays dirty and is not answered
---   (its record must not follow a later state of it), and the reflected offset stays
---   below the first command the intake has not confirmed written; neither counts in
---   `left`.
+-- * a dirty timer whose state the intake is writing (KEYS[11]) is not answered (its
+--   record must not follow a later state of it): it moves to KEYS[12] until that write
+--   is confirmed (written.lua), so the next pages get past it and a checkpoint still
+--   completes; the reflected offset stays below the first command the intake has not
+--   confirmed written and below every timer in KEYS[12].
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
@@ -69,7 +71,7 @@ end
 
 -- Moves a page of the dirty set to the pending set, deferring timers due soon.
 local want = tonumber(ARGV[5]) - #leftover
--- (first offset, id) pairs left dirty: the intake is writing their state.
+-- (first offset, id) pairs waiting in KEYS[12]: the intake is writing their state.
 local held = {}
 if want > 0 then
   local page = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
@@ -102,8 +104,8 @@ if want > 0 then
       end
     end
   end
-  if #held > 0 then
-    redis.call('ZADD', KEYS[2], unpack(held))
+  for j = 1, #held, 1000 do
+    redis.call('ZADD', KEYS[12], 'LT', unpack(held, j, math.min(j + 999, #held)))
   end
   for j = 1, #taken, 1000 do
     redis.call('SADD', KEYS[3], unpack(taken, j, math.min(j + 999, #taken)))
@@ -129,13 +131,13 @@ if #flight / 2 > listed then
   through = math.min(through, tonumber(flight[#flight]) - 1)
 end
 local reflected = tonumber(redis.call('GET', KEYS[6]) or '-1')
-for _, key in ipairs({KEYS[8], KEYS[11]}) do
+for _, key in ipairs({KEYS[8], KEYS[11], KEYS[12]}) do
   local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #oldest > 0 and tonumber(oldest[2]) - 1 < reflected then
     reflected = tonumber(oldest[2]) - 1
   end
 end
-local out = {redis.call('ZCARD', KEYS[2]) - #held / 2, through, string.format('%d', reflected),
+local out = {redis.call('ZCARD', KEYS[2]), through, string.format('%d', reflected),
   redis.call('GET', KEYS[9]) or '0', m}
 for i = 1, m do
   out[#out + 1] = flight[2 * i - 1]

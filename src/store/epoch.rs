@@ -25,6 +25,7 @@ impl Store {
         inv.key(k.epoch())
             .key(k.writing())
             .key(k.dirty())
+            .key(k.blocked())
             .arg(now_ms);
         let mut p = redis::pipe();
         p.invoke_script(&inv);

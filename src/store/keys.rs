@@ -63,6 +63,14 @@ impl Keys {
     pub fn writing(&self) -> String {
         self.key("writing")
     }
+    /// Changed timers a checkpoint page met while the intake was still writing an earlier
+    /// state of theirs (zset of ids by the first command offset that changed them since):
+    /// out of the dirty set, so pages get past them, until that write is confirmed or
+    /// failed (written.lua) or an owner next takes the partition (acquire.lua), which put
+    /// them back.
+    pub fn blocked(&self) -> String {
+        self.key("blocked")
+    }
     /// Timers taken from the dirty set whose state records are not confirmed yet (set).
     pub fn pending(&self) -> String {
         self.key("pending")

@@ -48,17 +48,18 @@ const WIPE_PAGE: usize = 1000;
 
 impl Store {
     /// Timers of `partition` changed since their state was last written (dirty, in a
-    /// page not confirmed yet, or written by the intake and not confirmed): 0 once the
-    /// state topic has caught up.
+    /// page not confirmed yet, written by the intake and not confirmed, or waiting for
+    /// such a write): 0 once the state topic has caught up.
     pub async fn unwritten(&self, partition: i32) -> Result<u64, StoreError> {
         let k = self.keys(partition);
-        let (dirty, pending, writing): (u64, u64, u64) = redis::pipe()
+        let (dirty, pending, writing, blocked): (u64, u64, u64, u64) = redis::pipe()
             .zcard(k.dirty())
             .scard(k.pending())
             .zcard(k.writing())
+            .zcard(k.blocked())
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(dirty + pending + writing)
+        Ok(dirty + pending + writing + blocked)
     }
 
     /// Confirms the states the intake wrote for `ids` of `partition` held at `epoch`:
@@ -74,6 +75,7 @@ impl Store {
         inv.key(k.epoch())
             .key(k.writing())
             .key(k.dirty())
+            .key(k.blocked())
             .arg(epoch)
             .arg(if delivered { "delivered" } else { "failed" });
         for id in ids {
@@ -104,6 +106,7 @@ impl Store {
             .key(k.acks())
             .key(k.checkpoint())
             .key(k.writing())
+            .key(k.blocked())
             .arg(epoch)
             .arg(k.base())
             .arg(k.slice_prefix())

@@ -1,7 +1,9 @@
 -- Confirms the states the intake wrote for timers (apply.lua answered them): delivered,
 -- they leave the set of timers being written; not delivered, they go back to the dirty
--- set, so the next checkpoint writes their state (read again) instead.
--- KEYS: 1 epoch, 2 timers whose state the intake writes (zset by first offset), 3 dirty set
+-- set, so the next checkpoint writes their state (read again) instead. Either way a
+-- timer a checkpoint put aside meanwhile (it changed again: blocked) is dirty again.
+-- KEYS: 1 epoch, 2 timers whose state the intake writes (zset by first offset), 3 dirty set,
+--       4 blocked (checkpoint.lua)
 -- ARGV: 1 expected epoch, 2 'delivered' or 'failed', then the timer ids
 -- Returns 1, or -1 when fenced (a new owner took the partition and its set with it).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -13,6 +15,13 @@ if ARGV[2] == 'failed' then
     if first then
       redis.call('ZADD', KEYS[3], 'LT', first, ARGV[i])
     end
+  end
+end
+for i = 3, #ARGV do
+  local first = redis.call('ZSCORE', KEYS[4], ARGV[i])
+  if first then
+    redis.call('ZADD', KEYS[3], 'LT', first, ARGV[i])
+    redis.call('ZREM', KEYS[4], ARGV[i])
   end
 end
 for i = 3, #ARGV, 1000 do

@@ -186,3 +186,33 @@ pub async fn load(env: &super::TestEnv, got: &mut Collected, expected: &Expected
         &rejected[..rejected.len().min(3)]
     );
 }
+
+/// Receives results (after `results`, already received) until every expected timer was
+/// answered as accepted at least once; any other outcome, or a timer not answered within
+/// `limit`, fails.
+pub async fn all_accepted(
+    got: &mut Collected,
+    mut results: Vec<ktimer::command::CommandResult>,
+    expected: &Expected,
+    limit: Duration,
+) {
+    let mut accepted = std::collections::HashSet::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        for r in results.drain(..) {
+            assert_eq!(r.outcome, ktimer::command::Outcome::Accepted, "{r:?}");
+            accepted.insert(r.timer_id.unwrap_or_default());
+        }
+        if expected.keys().all(|k| accepted.contains(k)) {
+            return;
+        }
+        match tokio::time::timeout_at(deadline, got.results.recv()).await {
+            Ok(Some(r)) => results.push(r),
+            _ => panic!(
+                "{} of {} commands never answered as accepted",
+                expected.keys().filter(|k| !accepted.contains(*k)).count(),
+                expected.len()
+            ),
+        }
+    }
+}
