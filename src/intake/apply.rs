@@ -25,8 +25,11 @@ pub(super) type Done = (Prepared, Option<ApplyResult>);
 /// What a settled batch leaves to do: its records to answer, the states to write, and
 /// the partitions fenced (the batch after it must not apply theirs).
 pub(super) struct Settled {
+    /// The records to answer (those of fenced partitions dropped).
     pub handled: Vec<Handled>,
+    /// The states of the timers the batch changed, for the answer stage to write.
     pub written: Vec<Written>,
+    /// The partitions Redis refused the batch for.
     pub fenced: Vec<i32>,
     /// When the batch was taken from the consumer.
     pub since: Instant,
