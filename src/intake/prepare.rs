@@ -50,12 +50,18 @@ impl Prepared {
             return;
         }
         // Old index in `handled` -> new one, for the records kept.
-        let mut moved = Vec::with_capacity(self.handled.len());
         let mut kept = 0;
-        for h in &self.handled {
-            moved.push((!dropped.contains(&h.partition)).then_some(kept));
-            kept += usize::from(!dropped.contains(&h.partition));
-        }
+        let moved: Vec<Option<usize>> = self
+            .handled
+            .iter()
+            .map(|h| {
+                if dropped.contains(&h.partition) {
+                    return None;
+                }
+                kept += 1;
+                Some(kept - 1)
+            })
+            .collect();
         self.handled.retain(|h| !dropped.contains(&h.partition));
         let requests = std::mem::take(&mut self.requests);
         let slots = std::mem::take(&mut self.slots);

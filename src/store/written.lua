@@ -17,11 +17,14 @@ if ARGV[2] == 'failed' then
     end
   end
 end
-for i = 3, #ARGV do
-  local first = redis.call('ZSCORE', KEYS[4], ARGV[i])
-  if first then
-    redis.call('ZADD', KEYS[3], 'LT', first, ARGV[i])
-    redis.call('ZREM', KEYS[4], ARGV[i])
+-- (Usually none is blocked: one call instead of a look-up per id.)
+if redis.call('ZCARD', KEYS[4]) > 0 then
+  for i = 3, #ARGV do
+    local first = redis.call('ZSCORE', KEYS[4], ARGV[i])
+    if first then
+      redis.call('ZADD', KEYS[3], 'LT', first, ARGV[i])
+      redis.call('ZREM', KEYS[4], ARGV[i])
+    end
   end
 end
 for i = 3, #ARGV, 1000 do
