@@ -95,19 +95,37 @@ async fn a_checkpoint_defers_timers_due_soon_and_owes_tombstones_only_for_writte
 }
 
 #[tokio::test]
-async fn a_deferred_timer_still_scheduled_after_its_grace_is_written() {
+async fn a_deferred_timer_waits_while_the_fire_path_is_behind_and_is_written_once_it_passed_it() {
     let mut w = World::new("grace").await;
     w.apply(once("stuck", T0 + 2_000), T0).await;
     assert!(w.checkpoint(T0 + 100).await.timers.is_empty());
-    // Not fired (no claim): 5 s after its due it is written after all.
+    // Not claimed 5 s after its due: the trigger is behind (a burst draining). Writing
+    // it now would cost the fire path a state record and a tombstone; it stays deferred.
     let page = w.checkpoint(T0 + 7_001).await;
-    assert_eq!(ids(&page), vec![("stuck", true)]);
-    assert_eq!(page.applied, 1);
+    assert!(
+        page.timers.is_empty(),
+        "deferred while its fire waits behind others: {:?}",
+        ids(&page)
+    );
+    assert_eq!(page.applied, 0, "a rebuild still replays its command");
     assert_eq!(
         page.acked_through_ms,
         T0 + 1_999,
         "below the fire not yet claimed"
     );
+    // Claimed but never acknowledged (its delivery keeps failing): the fire path moved
+    // past it, so 5 s after its due it is written after all.
+    let claimed = w
+        .store
+        .claim(0, w.epoch, window(T0 + 7_001, T0, T0 + 7_001))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.fires.len(), 1);
+    let page = w.checkpoint(T0 + 7_001).await;
+    assert_eq!(ids(&page), vec![("stuck", true)]);
+    assert_eq!(page.applied, 1);
+    assert_eq!(page.in_flight.len(), 1, "listed in flight");
+    assert_eq!(page.acked_through_ms, T0 + 7_001);
 }
 
 #[tokio::test]

@@ -22,7 +22,8 @@
 -- * a one-shot timer never written and due within `defer` ms is deferred, not written:
 --   most fire before the next checkpoint and then owe nothing; while deferred, the
 --   reflected offset stays below the first command that changed it (a rebuild replays
---   it); one still scheduled `grace` ms after its due is written;
+--   it); one still scheduled `grace` ms after its due and the fire watermark passed it
+--   (claimed, never acknowledged) is written;
 -- * a timer that ended before any of its states was written owes no tombstone (field p
 --   marks a timer whose state was written);
 -- * the watermark is at most now, below the first pending slice member, and below the
@@ -40,8 +41,33 @@ if tonumber(redis.call('GET', KEYS[10]) or '0') < tonumber(ARGV[9]) then
 end
 local now, defer, grace = tonumber(ARGV[4]), tonumber(ARGV[7]), tonumber(ARGV[8])
 
+-- The fire watermark: every fire due at or before `through` was acknowledged, except the
+-- first `m` in-flight members (`flight`), which the page lists.
+local through = now
+local minutes = redis.call('ZRANGE', KEYS[4], 0, 15)
+for i, m in ipairs(minutes) do
+  local head = redis.call('ZRANGE', ARGV[3] .. m, 0, 0, 'WITHSCORES')
+  if #head > 0 then
+    through = math.min(through, tonumber(head[2]) - 1)
+    break
+  end
+  if i == 16 then
+    through = math.min(through, (tonumber(m) + 1) * 60000 - 1)
+  end
+end
+local listed = tonumber(ARGV[6])
+local flight = redis.call('ZRANGE', KEYS[5], 0, listed, 'WITHSCORES')
+local m = math.min(#flight / 2, listed)
+if #flight / 2 > listed then
+  through = math.min(through, tonumber(flight[#flight]) - 1)
+end
+
 -- Deferred timers past due and grace: fired by now (nothing to write) or stuck (write).
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now - grace, 'LIMIT', 0, ARGV[5])) do
+-- The grace runs from the watermark, not from now: while a burst drains, the fires
+-- waiting behind it are not stuck, and writing them would cost the fire path a state
+-- record and a tombstone each.
+local stuck = through - grace
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', stuck, 'LIMIT', 0, ARGV[5])) do
   local first = redis.call('ZSCORE', KEYS[8], id) or 'inf'
   redis.call('ZREM', KEYS[7], id)
   redis.call('ZREM', KEYS[8], id)
@@ -79,8 +105,10 @@ if want > 0 then
   if #page > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #page / 2 - 1)
   end
-  -- Taken into the pending set together at the end.
-  local taken = {}
+  -- Taken into the pending set, deferred (by due: due, id pairs; by first offset: first,
+  -- id pairs) and no longer deferred: each written in one call at the end, not one per
+  -- timer.
+  local taken, by_due, by_first, undeferred = {}, {}, {}, {}
   local writing = redis.call('ZCARD', KEYS[11]) > 0
   for i = 1, #page, 2 do
     local id, first = page[i], page[i + 1]
@@ -88,18 +116,22 @@ if want > 0 then
       held[#held + 1] = first
       held[#held + 1] = id
     else
-      local t = rec_get(id)
-      local f = t or {}
+      local a, where, h = rec_raw(id)
+      local st = a and (REC_STATES[a[REC_ST]] or a[REC_ST])
+      -- A done timer (most pages after fires): a tombstone if any state of it was
+      -- written, else nothing; answered without building its fields.
+      local t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where, h)
+      local f = t or {st = st, p = a and a[REC_P]}
       local due = tonumber(f.due or '0')
-      if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > now - grace then
-        redis.call('ZADD', KEYS[7], due, id)
-        redis.call('ZADD', KEYS[8], 'LT', first, id)
+      if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then
+        local n = #by_due
+        by_due[n + 1], by_due[n + 2] = due, id
+        by_first[n + 1], by_first[n + 2] = first, id
       else
-        redis.call('ZREM', KEYS[7], id)
-        redis.call('ZREM', KEYS[8], id)
+        undeferred[#undeferred + 1] = id
         if f.p or not REC_TERMINAL[f.st] then
           taken[#taken + 1] = id
-          answer(id, t)
+          answer(id, t or nil)
         end
       end
     end
@@ -110,26 +142,16 @@ if want > 0 then
   for j = 1, #taken, 1000 do
     redis.call('SADD', KEYS[3], unpack(taken, j, math.min(j + 999, #taken)))
   end
+  for j = 1, #undeferred, 1000 do
+    redis.call('ZREM', KEYS[7], unpack(undeferred, j, math.min(j + 999, #undeferred)))
+    redis.call('ZREM', KEYS[8], unpack(undeferred, j, math.min(j + 999, #undeferred)))
+  end
+  for j = 1, #by_due, 1000 do
+    redis.call('ZADD', KEYS[7], unpack(by_due, j, math.min(j + 999, #by_due)))
+    redis.call('ZADD', KEYS[8], 'LT', unpack(by_first, j, math.min(j + 999, #by_first)))
+  end
 end
 
-local through = now
-local minutes = redis.call('ZRANGE', KEYS[4], 0, 15)
-for i, m in ipairs(minutes) do
-  local head = redis.call('ZRANGE', ARGV[3] .. m, 0, 0, 'WITHSCORES')
-  if #head > 0 then
-    through = math.min(through, tonumber(head[2]) - 1)
-    break
-  end
-  if i == 16 then
-    through = math.min(through, (tonumber(m) + 1) * 60000 - 1)
-  end
-end
-local listed = tonumber(ARGV[6])
-local flight = redis.call('ZRANGE', KEYS[5], 0, listed, 'WITHSCORES')
-local m = math.min(#flight / 2, listed)
-if #flight / 2 > listed then
-  through = math.min(through, tonumber(flight[#flight]) - 1)
-end
 local reflected = tonumber(redis.call('GET', KEYS[6]) or '-1')
 for _, key in ipairs({KEYS[8], KEYS[11], KEYS[12]}) do
   local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')

@@ -89,11 +89,11 @@ local function rec_done_raw(id, app, a, where, h, st, fire)
   redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
 end
 
--- The fields of timer `id` (nil when Redis has none) and, when computed, the id's hash.
+-- The fields of timer `id` from what rec_raw answered for it (nil when Redis has none)
+-- and, when computed, the id's hash.
 -- Marks: `_own` (a live timer's own key), `_done` (a done timer's key), `_bucket` (a
 -- bucket field, due in minute `_m`); `_h` caches the hash.
-local function rec_get(id)
-  local a, where, h = rec_raw(id)
+local function rec_from_raw(id, a, where, h)
   if not a then
     return nil, h
   end
@@ -107,6 +107,12 @@ local function rec_get(id)
     t._done = true
   end
   return t
+end
+
+-- The fields of timer `id` (nil when Redis has none) and, when computed, the id's hash
+-- (rec_from_raw).
+local function rec_get(id)
+  return rec_from_raw(id, rec_raw(id))
 end
 
 -- Appends the fields of `t` to `out` as field/value pairs (rec_get's marks left out);

@@ -40,7 +40,9 @@ pub struct Restore {
 /// fire before the next checkpoint and then owe the state topic nothing); a rebuild
 /// replays its commands instead.
 pub const DEFER_MS: i64 = 10_000;
-/// A deferred timer still scheduled this long after its due is written after all.
+/// A deferred timer still scheduled this long after its due, and after the fire watermark
+/// (its fire claimed and never acknowledged), is written after all; one waiting behind a
+/// burst that drains late is not stuck.
 pub const DEFER_GRACE_MS: i64 = 5_000;
 
 /// How many keys one wipe step asks SCAN for.
