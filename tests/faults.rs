@@ -290,7 +290,7 @@ async fn downtime_backlog_fires_in_due_order() {
     svc.stop().await;
 }
 
-/// 8. Redis stalls while claimed fires are due: a script keeps it busy for 600 ms (as a
+/// 9. Redis stalls while claimed fires are due: a script keeps it busy for 600 ms (as a
 /// long checkpoint page or a saturated machine would), starting just before the first of
 /// 40 fires 10 ms apart, all claimed beforehand (`--claim-ahead-ms 1000`). The trigger's
 /// acknowledgement (and any claim) waits for Redis, but the sending does not: every fire
@@ -341,7 +341,7 @@ async fn a_redis_stall_does_not_hold_up_fires_already_claimed() {
     svc.stop().await;
 }
 
-/// 9. Redis goes back to a snapshot it took a moment before, losing the writes since,
+/// 10. Redis goes back to a snapshot it took a moment before, losing the writes since,
 /// while a stream of creates is being applied (as a primary restarted from an older
 /// RDB, or a failover to a lagging replica, would). One batch is in Redis and the next
 /// is prepared behind it. The first is refused (Redis is behind what this owner

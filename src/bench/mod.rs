@@ -309,7 +309,10 @@ async fn fire_phase(
     .await?;
     let until = |ms: i64| Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64);
     let (answers, _) = answers.finish(until(last_due + args.timeout_ms)).await?;
-    // Redis CPU from the last answer to the last fire: the fire path's cost.
+    // Redis CPU from the first due (or the last answer, if later) to the last fire: the
+    // fire path's cost, and how busy the drain kept Redis (the lead before the first due
+    // would dilute it).
+    tokio::time::sleep_until(until(t0)).await;
     let before = env.nodes.sample().await?;
     let started = Instant::now();
     let (fires, _) = fires.finish(until(last_due + args.timeout_ms)).await?;
