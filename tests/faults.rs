@@ -382,7 +382,7 @@ async fn redis_back_to_an_older_snapshot_while_commands_stream_in() {
     all_accepted(&mut got, results, &expected, 2 * MIN).await;
     let fires = gather(&mut got, &expected, 2 * MIN, Duration::from_secs(3)).await;
     check(
-        "9 redis back to an older snapshot while commands stream in",
+        "10 redis back to an older snapshot while commands stream in",
         &expected,
         &fires,
         &Bounds {
