@@ -81,6 +81,10 @@ pub struct Metrics {
     pub redis_calls: HistogramVec,
     /// Failed Kafka operations, by `op` (fire, result, state, commit, consume).
     pub kafka_errors: IntCounterVec,
+    /// 1 while a Redis primary's `maxmemory-policy` may evict ktimer's keys (sampled).
+    pub redis_may_evict: IntGauge,
+    /// Keys Redis evicted while this instance watched (sampled from `INFO stats`).
+    pub redis_evicted_keys: IntCounter,
 }
 
 impl Metrics {
@@ -198,8 +202,20 @@ impl Metrics {
             "Failed Kafka operations, by operation",
             &["op"],
         );
+        let redis_may_evict = IntGauge::new(
+            "redis_may_evict",
+            "1 while a Redis primary's maxmemory-policy may evict ktimer's keys (must be noeviction)",
+        )
+        .expect("metric");
+        let redis_evicted_keys = IntCounter::new(
+            "redis_evicted_keys_total",
+            "Keys Redis evicted while this instance watched: timers may be lost",
+        )
+        .expect("metric");
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(redis_may_evict.clone()),
+            Box::new(redis_evicted_keys.clone()),
             Box::new(pending.clone()),
             Box::new(overdue.clone()),
             Box::new(overdue_age.clone()),
@@ -242,6 +258,8 @@ impl Metrics {
             intake_batch,
             redis_calls,
             kafka_errors,
+            redis_may_evict,
+            redis_evicted_keys,
         }
     }
 

@@ -44,7 +44,7 @@ pub async fn run(
     let k = &args.kafka;
     let metrics = Arc::new(Metrics::new());
     let codec = Arc::new(Codec::new(k.schema_registry_url.as_deref())?);
-    let Some(store) = connect_store(&args, &token).await else {
+    let Some(store) = connect_store(&args, &token).await? else {
         return Ok(());
     };
     let store = store
@@ -173,16 +173,27 @@ async fn serve_admin(
     Ok(())
 }
 
-/// Connects to Redis, retrying until it answers; `None` on shutdown.
-async fn connect_store(args: &RunArgs, token: &CancellationToken) -> Option<Store> {
+/// Connects to Redis, retrying until it answers; `None` on shutdown. Refuses a Redis
+/// that may evict ktimer's keys ([`crate::store::guard`]).
+async fn connect_store(args: &RunArgs, token: &CancellationToken) -> anyhow::Result<Option<Store>> {
     let (url, prefix, topic) = (
         &args.redis_url,
         &args.redis_prefix,
         &args.kafka.commands_topic,
     );
-    let store = Retry::new("redis connect", token)
+    let Some(store) = Retry::new("redis connect", token)
         .forever(|| Store::connect(url, prefix, topic, args.retention_ms))
-        .await?;
+        .await
+    else {
+        return Ok(None);
+    };
+    let primaries = Retry::new("redis settings", token)
+        .forever(|| store.eviction())
+        .await
+        .unwrap_or_default();
+    if let Some(why) = primaries.iter().find_map(|(node, e)| e.refusal(node)) {
+        anyhow::bail!("{why}");
+    }
     if args.redis_tune {
         match store.tune_encoding().await {
             Ok(Tuned::Already) => {}
@@ -197,5 +208,5 @@ async fn connect_store(args: &RunArgs, token: &CancellationToken) -> Option<Stor
             ),
         }
     }
-    Some(store)
+    Ok(Some(store))
 }

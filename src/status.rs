@@ -17,6 +17,9 @@ pub struct Status {
     /// their trigger started (the takeover path reads a few keys, whatever the partition
     /// holds).
     pub taken_ms: std::collections::BTreeMap<i32, u64>,
+    /// Why Redis is not safe to keep timers in (an evicting `maxmemory-policy`, keys
+    /// evicted): the instance is not ready while it is set.
+    pub redis_unsafe: Option<String>,
 }
 
 /// The sending side, shared by the parts of the service that publish their state.

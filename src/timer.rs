@@ -310,4 +310,15 @@ pub struct Checkpoint {
     pub in_flight: Vec<String>,
     /// When it was written, Unix ms.
     pub written_at_ms: i64,
+    /// Highest commands-topic offset applied when `acked_through_ms` was read (at least
+    /// `commands_offset`; -1 unknown): a command at or below it whose fire is due at or
+    /// before `acked_through_ms`, and not in flight, was fired and acknowledged, so its
+    /// replay after a rebuild must not fire it again.
+    #[serde(default = "unknown_offset")]
+    pub applied_offset: i64,
+}
+
+/// A checkpoint written before [`Checkpoint::applied_offset`] existed.
+fn unknown_offset() -> i64 {
+    -1
 }

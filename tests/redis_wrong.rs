@@ -6,6 +6,7 @@
 mod common;
 
 use common::checker::{check, gather, sleep_until, spread, Bounds, Expected};
+use common::child::ChildProcess;
 use common::world::World;
 use common::{lifecycle, once_at, TestEnv};
 use ktimer::command::{CommandKind, Outcome};
@@ -72,9 +73,9 @@ async fn a_fire_acknowledged_before_redis_was_emptied_is_not_replayed() {
     );
     flushall(&w.redis.url());
     expected.insert(ids[2].clone(), updated_due);
-    expected.insert("f".into(), t0 + 2_000);
     let mut fires = gather(&mut got, &expected, 2 * MIN, Duration::from_secs(3)).await;
     fires.extend(fired_f);
+    expected.insert("f".into(), t0 + 2_000);
     let again = fires.iter().filter(|f| f.timer_id == "f").count();
     assert_eq!(again, 1, "F fired {again} times");
     for id in &ids[..2] {
@@ -93,4 +94,91 @@ async fn a_fire_acknowledged_before_redis_was_emptied_is_not_replayed() {
         },
     );
     svc.stop().await;
+}
+
+fn config_set(con: &mut redis::Connection, name: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(con)
+        .unwrap();
+}
+
+fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    let line = info.lines().find(|l| l.starts_with(&format!("{field}:")));
+    line.and_then(|l| l.split_once(':')?.1.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
+}
+
+/// A Redis whose `maxmemory-policy` may evict keys is refused at start, with the setting
+/// and its fix in the error (it used to run on, and lose timers without a trace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_redis_is_refused_at_start() {
+    let w = World::start("evicting", false);
+    let mut con = redis::Client::open(w.redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    config_set(&mut con, "maxmemory-policy", "allkeys-lru");
+    let env = TestEnv::on(&w.servers(), "evicting", 1, &[]).await;
+    let (tx, _rx) = tokio::sync::watch::channel(Default::default());
+    let token = ktimer::shutdown::CancellationToken::new();
+    let run = ktimer::service::run(env.args.clone(), token.clone(), tx);
+    let ended = tokio::time::timeout(Duration::from_secs(30), run).await;
+    token.cancel();
+    let err = ended
+        .expect("ktimer still running on an evicting Redis after 30 s")
+        .expect_err("ktimer ran on an evicting Redis");
+    let why = format!("{err:#}");
+    assert!(
+        why.contains("allkeys-lru") && why.contains("maxmemory-policy noeviction"),
+        "{why}"
+    );
+}
+
+/// Keys evicted anyway (the policy changed under a running instance, then memory filled
+/// up with other keys): the instance reports it in its metrics and `/readyz`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_evicted_under_a_running_instance_are_reported() {
+    let w = World::start("evicted", false);
+    let env = TestEnv::on(&w.servers(), "evicted", 2, &[]).await;
+    let mut got = env.collect();
+    let a = ChildProcess::spawn(&env, &[], &w.dir.join("a.log"));
+    a.ready(MIN).await;
+    let expected = spread("ev", 2_000, now_ms() + 3_600_000, 60_000);
+    common::checker::load(&env, &mut got, &expected).await;
+    assert_eq!(a.metric("ktimer_redis_evicted_keys_total"), Some(0.0));
+    let mut con = redis::Client::open(w.redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let used = info_field(&mut con, "memory", "used_memory");
+    config_set(&mut con, "maxmemory-policy", "allkeys-lru");
+    config_set(&mut con, "maxmemory", &(used + (4 << 20)).to_string());
+    let filler = vec![b'x'; 10_000];
+    let mut i = 0;
+    while info_field(&mut con, "stats", "evicted_keys") == 0 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&filler)
+            .query(&mut con)
+            .unwrap();
+        i += 1;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let evicted = a.metric("ktimer_redis_evicted_keys_total").unwrap_or(0.0);
+        let ready = a.get("/readyz");
+        if evicted > 0.0 && matches!(&ready, Some((503, why)) if why.contains("evicted")) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "eviction not reported within 30 s: {evicted} evicted, /readyz {ready:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(a.metric("ktimer_redis_may_evict"), Some(1.0));
 }

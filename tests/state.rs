@@ -167,9 +167,14 @@ async fn a_restore_applies_the_fire_watermark_and_the_in_flight_list() {
         restore("later", vec![]),
         restore("cron", vec![]),
     ];
+    let last = ktimer::store::Restored {
+        applied: 4,
+        sequence: 7,
+        checkpoint: None,
+    };
     let n = r
         .store
-        .restore(0, r.epoch, &timers, T0 + 25_000, Some((4, 7)))
+        .restore(0, r.epoch, &timers, T0 + 25_000, Some(&last))
         .await
         .expect("restore");
     assert_eq!(n, 4);
@@ -189,7 +194,7 @@ async fn a_restore_applies_the_fire_watermark_and_the_in_flight_list() {
     // nothing changes, nothing is counted twice.
     let again = r
         .store
-        .restore(0, r.epoch, &timers, T0 + 25_000, Some((4, 7)))
+        .restore(0, r.epoch, &timers, T0 + 25_000, Some(&last))
         .await
         .expect("the restore retried");
     assert_eq!(again, 4);

@@ -96,7 +96,10 @@ async fn metrics(State(s): State<Arc<AdminState>>) -> String {
 }
 
 async fn ready(State(s): State<Arc<AdminState>>) -> Response {
-    if s.status.borrow().joined {
+    let st = s.status.borrow();
+    if let Some(why) = &st.redis_unsafe {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
+    } else if st.joined {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()

@@ -199,6 +199,8 @@ struct Schemas {
     stored: Built,
     timer_state: Built,
     checkpoint: Built,
+    /// Checkpoints written before `applied_offset` (read only).
+    checkpoint_v1: Built,
 }
 
 /// The most a decoded value may claim to hold: a length prefix above it is an error
@@ -218,6 +220,7 @@ static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
         stored: Built::new(include_str!("../../schemas/stored_timer.avsc")),
         timer_state: Built::new(include_str!("../../schemas/timer_state.avsc")),
         checkpoint: Built::new(include_str!("../../schemas/checkpoint.avsc")),
+        checkpoint_v1: Built::new(include_str!("../../schemas/previous/checkpoint.v1.avsc")),
     }
 });
 

@@ -24,9 +24,13 @@ pub fn encode_checkpoint(c: &Checkpoint) -> Result<Vec<u8>, CodecError> {
     Ok(out)
 }
 
-/// Decodes what [`encode_checkpoint`] wrote.
+/// Decodes what [`encode_checkpoint`] wrote, or a checkpoint of version 1 (bare datums
+/// carry no schema: a version 1 datum ends before `applied_offset`, which is then -1).
 pub fn decode_checkpoint(bytes: &[u8]) -> Result<Checkpoint, CodecError> {
-    SCHEMAS.checkpoint.read_datum(bytes)
+    SCHEMAS
+        .checkpoint
+        .read_datum(bytes)
+        .or_else(|e| SCHEMAS.checkpoint_v1.read_datum(bytes).map_err(|_| e))
 }
 
 #[cfg(test)]
@@ -65,6 +69,7 @@ mod tests {
             acked_through_ms: 1_700_000_000_123,
             in_flight: vec!["5:1700000000100:a".into()],
             written_at_ms: 1_700_000_000_200,
+            applied_offset: 41,
         };
         let bytes = encode_checkpoint(&c).unwrap();
         assert_eq!(decode_checkpoint(&bytes).unwrap(), c);
@@ -74,6 +79,26 @@ mod tests {
         let v = reader.read_value(&mut &bytes[..]).unwrap();
         let Value::Record(f) = v else { panic!("{v:?}") };
         assert_eq!(f[2], ("commands_offset".into(), Value::Long(-1)));
-        assert!(decode_checkpoint(&bytes[..bytes.len() - 1]).is_err());
+        assert!(decode_checkpoint(&bytes[..bytes.len() - 2]).is_err());
+        // A version 1 checkpoint (written by apache-avro's generic writer against the old
+        // schema file) reads with no applied offset.
+        let v1 = apache_avro::Schema::parse_str(include_str!(
+            "../../schemas/previous/checkpoint.v1.avsc"
+        ))
+        .unwrap();
+        let old = Value::Record(vec![
+            ("sequence".into(), Value::Long(3)),
+            ("epoch".into(), Value::Long(c.epoch)),
+            ("commands_offset".into(), Value::Long(-1)),
+            ("acked_through_ms".into(), Value::Long(c.acked_through_ms)),
+            ("in_flight".into(), Value::Array(vec![])),
+            ("written_at_ms".into(), Value::Long(c.written_at_ms)),
+        ]);
+        let writer = apache_avro::writer::datum::GenericDatumWriter::builder(&v1)
+            .build()
+            .unwrap();
+        let old = writer.write_value_to_vec(old).unwrap();
+        let read = decode_checkpoint(&old).unwrap();
+        assert_eq!((read.sequence, read.applied_offset), (3, -1));
     }
 }

@@ -271,6 +271,7 @@ impl Checkpointer {
             acked_through_ms: page.acked_through_ms,
             in_flight: page.in_flight.clone(),
             written_at_ms: now,
+            applied_offset: page.applied_now,
         }
     }
 }

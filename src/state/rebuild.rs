@@ -6,7 +6,7 @@
 use super::{Snapshot, StateError};
 use futures::{StreamExt, TryStreamExt};
 
-use crate::store::{Restore, Store};
+use crate::store::{Restore, Restored, Store};
 use crate::timer::TimerFields;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -85,9 +85,16 @@ pub async fn rebuild(
     .await?;
     let sequence = snapshot.checkpoint.as_ref().map_or(0, |c| c.sequence);
     let replay_from = snapshot.replay_from();
-    // Last: the offset and sequence say the partition is complete.
-    let last = Some((replay_from - 1, sequence));
-    store.restore(partition, epoch, &[], through, last).await?;
+    // Last: the offset and sequence say the partition is complete; the fence keeps the
+    // replayed commands from firing again what the checkpoint says was acknowledged.
+    let last = Restored {
+        applied: replay_from - 1,
+        sequence,
+        checkpoint: snapshot.checkpoint.as_ref(),
+    };
+    store
+        .restore(partition, epoch, &[], through, Some(&last))
+        .await?;
     let timers = restored.iter().sum::<i64>() as usize;
     Ok(Rebuilt {
         timers,

@@ -15,7 +15,7 @@
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
 --       data, whose states must never reach the state topic: 'fenced')
 -- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
--- counter, m, m in-flight members, then per timer: id, n, n field/value pairs}; left is the number of timers
+-- counter, applied offset (when the watermark was read), m, m in-flight members, then per timer: id, n, n field/value pairs}; left is the number of timers
 -- still dirty (a checkpoint is complete only with a page that leaves none); n = -1 is a
 -- tombstone (the timer can never fire again).
 -- Invariants:
@@ -152,7 +152,8 @@ if want > 0 then
   end
 end
 
-local reflected = tonumber(redis.call('GET', KEYS[6]) or '-1')
+local applied = tonumber(redis.call('GET', KEYS[6]) or '-1')
+local reflected = applied
 for _, key in ipairs({KEYS[8], KEYS[11], KEYS[12]}) do
   local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #oldest > 0 and tonumber(oldest[2]) - 1 < reflected then
@@ -160,7 +161,7 @@ for _, key in ipairs({KEYS[8], KEYS[11], KEYS[12]}) do
   end
 end
 local out = {redis.call('ZCARD', KEYS[2]), through, string.format('%d', reflected),
-  redis.call('GET', KEYS[9]) or '0', m}
+  redis.call('GET', KEYS[9]) or '0', string.format('%d', applied), m}
 for i = 1, m do
   out[#out + 1] = flight[2 * i - 1]
 end

@@ -2,7 +2,7 @@
 -- minute slices into the in-flight set, in one atomic step, so a crash between claim and
 -- delivery never loses them (whoever owns the partition next re-drives the in-flight set).
 -- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
---       6 checkpoint sequence, 7 live timers per application
+--       6 checkpoint sequence, 7 live timers per application, 8 replay fence
 -- ARGV: 1 expected epoch, 2 claim fires due <= this ms, 3 max fires, 4 slice key prefix,
 --       5 the partition's key prefix (timer records, record.lua), 6 occurrences due
 --       before this ms were missed, 7 now ms, 8 retention ms, 9 the oldest checkpoint
@@ -13,6 +13,8 @@
 -- timer now due in another minute) are dropped.
 -- Cron members also obey the timer's maximum number of fires and its misfire policy
 -- (misfire.lua, prepended).
+-- A member the replay fence covers (a command replayed after a rebuild, its fire
+-- acknowledged before Redis lost the partition) is dropped, its one-shot timer fired.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
@@ -29,6 +31,19 @@ local out = {''}
 local n = 0
 -- (score, member) pairs to add to the in-flight set.
 local flight = {}
+
+-- The replay fence a rebuild left (keys.rs replay_fence): the restored checkpoint's
+-- applied offset and fire watermark.
+local fence = redis.call('HMGET', KEYS[8], 'a', 'w')
+local fence_a, fence_w = tonumber(fence[1]), tonumber(fence[2])
+
+-- Whether in-flight member `m` (version `v`, a number; negative for an extra fire; due
+-- `d`) was acknowledged before the rebuild: its command was applied when the
+-- checkpoint's watermark was read, it was due by then, and it was not listed in flight.
+local function acked_before(v, d, m)
+  return fence_a ~= nil and math.abs(v) <= fence_a and d <= fence_w
+    and redis.call('HEXISTS', KEYS[8], 'f:' .. m) == 0
+end
 
 -- Whether a valid cron member is delivered; counts it when it is (and writes `t`).
 local function cron_take(t, due, id)
@@ -58,10 +73,18 @@ end
 local function take(member, m)
   if string.byte(member, 1) ~= 1 then
     -- A one-shot timer: read raw (the hot path).
-    local a = rec_raw(member)
+    local a, where, h = rec_raw(member)
     local due = a and a[REC_DUE]
     if due and a[REC_ST] == 1 and not a[REC_K] and due <= upto and math.floor(due / 60000) == tonumber(m) then
-      return a[REC_V] .. ':' .. due .. ':' .. member, rec_def(a[REC_D])
+      local f = a[REC_V] .. ':' .. due .. ':' .. member
+      if acked_before(tonumber(a[REC_V]), due, f) then
+        if a[REC_P] then
+          redis.call('ZADD', KEYS[5], 'NX', 'inf', member)
+        end
+        rec_done_raw(member, rec_app_raw(a), a, where, h, 'fired', nil)
+        return nil
+      end
+      return f, rec_def(a[REC_D])
     end
     return nil
   end
@@ -70,6 +93,9 @@ local function take(member, m)
   local ver = string.sub(member, 2, c1 - 1)
   local due = string.sub(member, c1 + 1, c2 - 1)
   local id = string.sub(member, c2 + 1)
+  if acked_before(tonumber(ver), tonumber(due), string.sub(member, 2)) then
+    return nil
+  end
   if string.byte(ver, 1) == 45 then
     -- An extra fire (FIRE_NOW): delivered whatever the timer's state, while Redis holds it.
     local a = rec_raw(id)

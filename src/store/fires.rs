@@ -42,6 +42,7 @@ impl Store {
             .key(k.dirty())
             .key(k.checkpoint())
             .key(k.apps())
+            .key(k.replay_fence())
             .arg(epoch)
             .arg(w.upto_ms)
             .arg(w.limit)

@@ -92,6 +92,14 @@ impl Keys {
     pub fn checkpoint(&self) -> String {
         self.key("ckpt")
     }
+    /// The replay fence a rebuild leaves (hash): `a` the applied offset and `w` the fire
+    /// watermark of the checkpoint it restored, and `f:MEMBER` for each fire the
+    /// checkpoint listed in flight. A fire of a command at or below `a`, due at or below
+    /// `w` and not listed was acknowledged before Redis lost the partition: its command,
+    /// replayed, must not fire it again (`claim.lua`).
+    pub fn replay_fence(&self) -> String {
+        self.key("fence")
+    }
     /// The layout version the partition's keys were written in (string,
     /// [`super::STORE_FORMAT`]); set by every rebuild.
     pub fn format(&self) -> String {
@@ -192,6 +200,7 @@ mod tests {
             k.checkpoint(),
             k.acks(),
             k.format(),
+            k.replay_fence(),
             k.states(),
             k.timer("x"),
         ] {

@@ -24,6 +24,7 @@
 //! | `PREFIX:{topic:p}:apps` | hash | live (scheduled or paused) timers per application: every script that makes a timer live or done moves it (`max_pending`) |
 //! | `PREFIX:{topic:p}:fmt` | string | the layout version ([`STORE_FORMAT`]) the partition was rebuilt in; another means a rebuild on the next takeover |
 //! | `PREFIX:{topic:p}:ckpt` | string | sequence of the last checkpoint confirmed in the state topic; older than the owner's means Redis came back from older data |
+//! | `PREFIX:{topic:p}:fence` | hash | left by a rebuild: the restored checkpoint's applied offset `a`, fire watermark `w` and `f:MEMBER` per fire it listed in flight; a replayed command's fire under both and not listed was acknowledged already and is not claimed again |
 //!
 //! One file per script family: [`apply`] (commands and offset marks), [`fires`] (claim,
 //! recover, acknowledge), [`cron`] (the migrator's window), [`epoch`] (ownership),
@@ -37,6 +38,7 @@ pub mod conn;
 mod cron;
 mod epoch;
 mod fires;
+pub mod guard;
 mod history;
 pub mod keys;
 mod list;
@@ -51,7 +53,7 @@ pub use fires::ClaimWindow;
 pub use history::{EntryOutcome, HistoryEntry};
 pub use keys::Keys;
 pub use list::{ListFilter, TimerSummary};
-pub use state::{CheckpointPage, Restore};
+pub use state::{CheckpointPage, Restore, Restored};
 pub use view::{DeadLetters, Overdue, TimerView};
 
 use crate::retry::Retryable;

@@ -3,11 +3,12 @@
 -- was acknowledged unless it was listed in flight.
 -- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
 --       6 applied offset, 7 checkpoint sequence, 8 live timers per application, 9 layout
---       version
+--       version, 10 replay fence
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix,
 --       4 acked through ms, 5 retention ms, 6 applied offset to record ('' until the last
 --       call), 7 checkpoint sequence to record, 8 layout version (recorded by every call),
---       then per timer: id, m, m due instants of its in-flight fires, n, n field/value
+--       9 the number k of replay fence strings that follow (field, value pairs; the last
+--       call replaces the fence with them: keys.rs replay_fence), then per timer: id, m, m due instants of its in-flight fires, n, n field/value
 --       pairs
 -- Returns the number of timers restored, or -1 when fenced.
 -- A call applied twice (retried after its reply was lost) leaves what the first left.
@@ -24,7 +25,8 @@ rec_init(ARGV[2], ARGV[5], KEYS[8])
 redis.call('SET', KEYS[9], ARGV[8])
 local through = tonumber(ARGV[4])
 local done = 0
-local i = 9
+local fence = tonumber(ARGV[9])
+local i = 10 + fence
 -- Minutes already in the slice index (one ZADD per minute, not per timer).
 local indexed = {}
 while i <= #ARGV do
@@ -75,6 +77,10 @@ end
 if ARGV[6] ~= '' then
   redis.call('SET', KEYS[6], ARGV[6])
   redis.call('SET', KEYS[7], ARGV[7])
+  redis.call('DEL', KEYS[10])
+  for j = 10, 9 + fence, 1000 do
+    redis.call('HSET', KEYS[10], unpack(ARGV, j, math.min(j + 999, 9 + fence)))
+  end
 end
 rec_flush()
 return done

@@ -19,6 +19,9 @@ pub struct CheckpointPage {
     /// The partition's acknowledgement counter: fires were acknowledged since a page
     /// that read another value.
     pub acks: i64,
+    /// The highest command offset applied when the watermark was read (at least
+    /// `applied`, which deferred timers hold back).
+    pub applied_now: i64,
     /// Fire members claimed and not acknowledged.
     pub in_flight: Vec<String>,
     /// The page's timers: their fields, or `None` for a tombstone.
@@ -34,6 +37,38 @@ pub struct Restore {
     pub in_flight: Vec<i64>,
     /// Its fields.
     pub fields: TimerFields,
+}
+
+/// What the last restore call of a rebuild records: the partition is complete.
+#[derive(Debug, Clone, Copy)]
+pub struct Restored<'a> {
+    /// The highest command offset the state topic reflects (the replay starts after it).
+    pub applied: i64,
+    /// The checkpoint sequence.
+    pub sequence: i64,
+    /// The checkpoint restored, if any: its replay fence (keys.rs `replay_fence`).
+    pub checkpoint: Option<&'a crate::timer::Checkpoint>,
+}
+
+impl Restored<'_> {
+    /// The replay fence's field/value strings: none without a checkpoint that knows its
+    /// applied offset.
+    pub fn fence(&self) -> Vec<String> {
+        let Some(c) = self.checkpoint.filter(|c| c.applied_offset >= 0) else {
+            return Vec::new();
+        };
+        let mut out = vec![
+            "a".into(),
+            c.applied_offset.to_string(),
+            "w".into(),
+            c.acked_through_ms.to_string(),
+        ];
+        for m in &c.in_flight {
+            out.push(format!("f:{m}"));
+            out.push("1".into());
+        }
+        out
+    }
 }
 
 /// A one-shot timer never written and due within this many ms is not written yet (most
@@ -146,15 +181,14 @@ impl Store {
     }
 
     /// Restores `timers` of `partition` under the fire watermark `acked_through_ms`; with
-    /// `last` (applied offset, checkpoint sequence), the restore is complete and Redis
-    /// records both. Returns the number restored.
+    /// `last`, the restore is complete and Redis records it. Returns the number restored.
     pub async fn restore(
         &self,
         partition: i32,
         epoch: i64,
         timers: &[Restore],
         acked_through_ms: i64,
-        last: Option<(i64, i64)>,
+        last: Option<&Restored<'_>>,
     ) -> Result<i64, StoreError> {
         let k = self.keys(partition);
         let mut inv = self.scripts.restore.prepare_invoke();
@@ -167,16 +201,22 @@ impl Store {
             .key(k.checkpoint())
             .key(k.apps())
             .key(k.format())
+            .key(k.replay_fence())
             .arg(epoch)
             .arg(k.base())
             .arg(k.slice_prefix())
             .arg(acked_through_ms)
             .arg(self.retention_ms);
         match last {
-            Some((applied, sequence)) => inv.arg(applied).arg(sequence),
+            Some(r) => inv.arg(r.applied).arg(r.sequence),
             None => inv.arg("").arg(""),
         };
         inv.arg(super::STORE_FORMAT);
+        let fence = last.map(Restored::fence).unwrap_or_default();
+        inv.arg(fence.len());
+        for s in &fence {
+            inv.arg(s);
+        }
         for t in timers {
             inv.arg(&t.timer_id).arg(t.in_flight.len());
             for d in &t.in_flight {
@@ -241,6 +281,7 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
         acked_through_ms: int(next()?)?,
         applied: text(next()?)?.parse().map_err(bad_reply)?,
         acks: text(next()?)?.parse().map_err(bad_reply)?,
+        applied_now: text(next()?)?.parse().map_err(bad_reply)?,
         ..Default::default()
     };
     let m = int(next()?)?;
