@@ -182,3 +182,42 @@ async fn keys_evicted_under_a_running_instance_are_reported() {
     }
     assert_eq!(a.metric("ktimer_redis_may_evict"), Some(1.0));
 }
+
+/// Redis back from an older snapshot across an owner change (a host reboot): 300 timers
+/// created, Redis saves them (SAVE), all 300 fire, the instance stops (SIGTERM), Redis
+/// restarts from that RDB and a new instance starts. Redis holds an older checkpoint than
+/// the state topic's last: the partition is rebuilt, and no timer fires again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_back_from_an_older_snapshot_across_an_owner_change() {
+    let mut w = World::start("rdb", false);
+    let env = TestEnv::on(&w.servers(), "rdb", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let expected = spread("r", 300, now_ms() + 3_000, 2_000);
+    common::checker::load(&env, &mut got, &expected).await;
+    let mut con = redis::Client::open(w.redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
+    let fires = gather(&mut got, &expected, MIN, Duration::from_millis(100)).await;
+    // Checkpoints record the fires (one a second), then the owner leaves.
+    sleep_until(fires.iter().map(|f| f.fired_ms).max().unwrap() + 3_000).await;
+    svc.stop().await;
+    w.redis.kill();
+    w.redis.restart();
+    let svc = env.start().await;
+    // A timer due after every one of the 300: once it fired, the trigger has claimed
+    // everything due before it.
+    env.send(&once_at("sentinel", now_ms() + 1_000, "x"), None)
+        .await;
+    let after = got.fires_until("sentinel", MIN).await;
+    let again: Vec<_> = after.iter().filter(|f| f.timer_id != "sentinel").collect();
+    assert!(
+        again.is_empty(),
+        "{} of 300 timers fired again after Redis came back from the snapshot, e.g. {:?}",
+        again.len(),
+        again.first().map(|f| &f.timer_id)
+    );
+    svc.stop().await;
+}
