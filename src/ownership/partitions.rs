@@ -9,6 +9,7 @@ use super::tasks::{Running, Tasks};
 use super::{IntakeContext, RebalanceEvent};
 use crate::retry::Retry;
 use crate::state::rebuild::rebuild;
+use crate::state::tail::last_checkpoints;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::Offset;
 use std::collections::HashMap;
@@ -60,6 +61,9 @@ pub struct Partitions {
     consumer: Arc<StreamConsumer<IntakeContext>>,
     topic: String,
     tasks: Tasks,
+    /// The state topic's last checkpoint sequence of partitions about to be taken (read
+    /// for all of an assignment at once; `None`: no checkpoint).
+    tails: HashMap<i32, Option<i64>>,
 }
 
 impl Partitions {
@@ -74,6 +78,7 @@ impl Partitions {
             consumer,
             topic: topic.to_string(),
             tasks,
+            tails: HashMap::new(),
         }
     }
 
@@ -128,6 +133,11 @@ impl Partitions {
                     .rebalances
                     .with_label_values(&["assigned"])
                     .inc();
+                let ids: Vec<i32> = ps.iter().map(|&(p, _)| p).collect();
+                let Some(tails) = self.read_tails(&ids).await else {
+                    return false;
+                };
+                self.tails = tails;
                 for (p, behind) in ps {
                     if !self.own(p, behind).await {
                         return false;
@@ -164,6 +174,7 @@ impl Partitions {
         if let Some(old) = self.owned.remove(&p) {
             old.stop().await;
         }
+        let tail = self.tails.remove(&p);
         let t = &self.tasks;
         let clock = t.trigger.clock;
         let retry = |what| {
@@ -175,6 +186,9 @@ impl Partitions {
             .forever(|| t.store.partition_state(p))
             .await
         else {
+            return false;
+        };
+        let Some(stale) = self.behind_state_topic(p, &before, stale, tail).await else {
             return false;
         };
         let Some(epoch) = retry("acquire")
@@ -253,6 +267,52 @@ impl Partitions {
             self.release(p);
         }
         true
+    }
+
+    /// The state topic's last checkpoint sequence of each of `ps` (`None`: it has none),
+    /// read at once. `None` only on shutdown.
+    async fn read_tails(&self, ps: &[i32]) -> Option<HashMap<i32, Option<i64>>> {
+        let (topic, reader) = &self.tasks.state;
+        let found = Retry::new("state tail", &self.tasks.token)
+            .forever(|| last_checkpoints(reader, topic, ps))
+            .await?;
+        Some(
+            ps.iter()
+                .map(|&p| (p, found.get(&p).map(|c| c.sequence)))
+                .collect(),
+        )
+    }
+
+    /// Whether Redis, holding `before` of partition `p`, must be rebuilt: `stale`
+    /// already, or its checkpoint sequence is older than the state topic's last (`tail`,
+    /// if read already): Redis restarted from an older snapshot; without a rebuild every
+    /// fire acknowledged since would fire again. `None` only on shutdown.
+    async fn behind_state_topic(
+        &self,
+        p: i32,
+        before: &crate::store::PartitionState,
+        stale: bool,
+        tail: Option<Option<i64>>,
+    ) -> Option<bool> {
+        if stale || before.epoch.is_none() {
+            return Some(stale);
+        }
+        let last = match tail {
+            Some(last) => last,
+            None => self.read_tails(&[p]).await?.remove(&p).flatten(),
+        };
+        let redis = before.checkpoint.unwrap_or(0);
+        let behind = last.is_some_and(|s| s > redis);
+        if behind {
+            tracing::warn!(
+                partition = p,
+                redis,
+                state_topic = ?last,
+                "redis holds an older checkpoint than the state topic (back from an older \
+                 snapshot): rebuilding the partition"
+            );
+        }
+        Some(behind)
     }
 
     /// The group's committed offset of partition `p`, if it has one.

@@ -21,6 +21,8 @@
 
 pub mod checkpoint;
 pub mod rebuild;
+mod scan;
+pub mod tail;
 
 use crate::timer::Checkpoint;
 use std::collections::HashMap;

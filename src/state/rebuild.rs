@@ -3,21 +3,13 @@
 //! fire watermark, record the checkpoint's command offset and sequence. The caller then
 //! replays the commands after that offset before the partition fires again.
 
+use super::scan::{scan, scanner};
 use super::{Snapshot, StateError};
-use futures::{StreamExt, TryStreamExt};
-
 use crate::store::{Restore, Restored, Store};
 use crate::timer::TimerFields;
+use futures::{StreamExt, TryStreamExt};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
-use rdkafka::ClientContext;
-use rdkafka::{Offset, TopicPartitionList};
 use std::time::{Duration, Instant};
-
-/// The longest the state topic may send nothing before the rebuild is retried.
-const STALL: Duration = Duration::from_secs(30);
 
 /// Timers restored per script call.
 const RESTORE_BATCH: usize = 500;
@@ -116,58 +108,12 @@ fn restore_of(snapshot: &Snapshot, id: &str, t: TimerFields) -> Restore {
     }
 }
 
-/// Reads partition `partition` of `topic` from its start to its end (blocking). The end
-/// is where the broker says the partition ends while fetching (partition EOF), not the
-/// listed high watermark: Tansu 0.6 lists the last batch's base offset there.
+/// Reads partition `partition` of `topic` from its start to its end (blocking).
 fn read(reader: &ClientConfig, topic: &str, partition: i32) -> Result<(Snapshot, u64), StateError> {
-    let consumer: BaseConsumer<EndIsNoError> = reader
-        .clone()
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest")
-        .create_with_context(EndIsNoError)?;
     let mut snapshot = Snapshot::default();
-    let mut tpl = TopicPartitionList::new();
-    // Offset 0, reset to the earliest if compaction removed it: Offset::Beginning costs
-    // an offset look-up first (half a second on Tansu).
-    tpl.add_partition_offset(topic, partition, Offset::Offset(0))?;
-    consumer.assign(&tpl)?;
-    let mut records = 0;
-    let mut quiet = Instant::now();
-    loop {
-        let Some(m) = consumer.poll(Duration::from_millis(20)) else {
-            if quiet.elapsed() > STALL {
-                return Err(StateError::Stalled(topic.to_string(), partition));
-            }
-            continue;
-        };
-        quiet = Instant::now();
-        match m {
-            Ok(m) => {
-                records += 1;
-                snapshot.add(m.key(), m.payload())?;
-            }
-            Err(KafkaError::PartitionEOF(_)) => return Ok((snapshot, records)),
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let consumer = scanner(reader)?;
+    let records = scan(&consumer, topic, &[(partition, 0)], |_, key, value| {
+        snapshot.add(key, value)
+    })?;
+    Ok((snapshot, records))
 }
-
-/// The reader's context: reaching the end of the partition is how a read ends, not an
-/// error worth a log line (librdkafka also reports it as one).
-struct EndIsNoError;
-
-impl ClientContext for EndIsNoError {
-    fn error(&self, error: KafkaError, reason: &str) {
-        use rdkafka::types::RDKafkaErrorCode::PartitionEOF;
-        let end = match &error {
-            KafkaError::PartitionEOF(_) => true,
-            KafkaError::Global(code) => *code == PartitionEOF,
-            _ => false,
-        };
-        if !end {
-            tracing::warn!(%error, reason, "state topic reader");
-        }
-    }
-}
-
-impl ConsumerContext for EndIsNoError {}
