@@ -85,6 +85,9 @@ pub struct Metrics {
     pub redis_may_evict: IntGauge,
     /// Keys Redis evicted while this instance watched (sampled from `INFO stats`).
     pub redis_evicted_keys: IntCounter,
+    /// Seconds the intake has waited for one thing (Redis, the answer stage, a rebuild)
+    /// once that is 10 s or more; 0 otherwise.
+    pub intake_stalled: prometheus::Gauge,
 }
 
 impl Metrics {
@@ -212,8 +215,14 @@ impl Metrics {
             "Keys Redis evicted while this instance watched: timers may be lost",
         )
         .expect("metric");
+        let intake_stalled = prometheus::Gauge::new(
+            "intake_stalled_seconds",
+            "Seconds the intake has waited for one thing (Redis, the answer stage, a rebuild), once 10 or more",
+        )
+        .expect("metric");
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(intake_stalled.clone()),
             Box::new(redis_may_evict.clone()),
             Box::new(redis_evicted_keys.clone()),
             Box::new(pending.clone()),
@@ -260,6 +269,7 @@ impl Metrics {
             kafka_errors,
             redis_may_evict,
             redis_evicted_keys,
+            intake_stalled,
         }
     }
 

@@ -41,7 +41,12 @@ impl Backoff {
     }
 }
 
-/// Whether failure number `attempt` deserves a log line (1, 2, 4, 8, ...).
+/// The longest a call keeps failing without a log line: an outage says every few
+/// seconds what is waiting for it.
+pub const LOG_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether failure number `attempt` deserves a log line (1, 2, 4, 8, ...), beside one
+/// every [`LOG_EVERY`].
 pub fn worth_logging(attempt: u32) -> bool {
     attempt.is_power_of_two()
 }
@@ -127,6 +132,7 @@ impl Retry {
         Attempts {
             retry: self,
             failures: 0,
+            logged: None,
         }
     }
 }
@@ -135,11 +141,14 @@ impl Retry {
 pub struct Attempts<'a> {
     retry: &'a Retry,
     failures: u32,
+    /// When the last failure was logged.
+    logged: Option<tokio::time::Instant>,
 }
 
 impl Attempts<'_> {
-    /// Records failure `e` (metric, a log line for failures 1, 2, 4, 8...) and sleeps its
-    /// backoff; `false` if the token was cancelled meanwhile.
+    /// Records failure `e` (metric, a log line for failures 1, 2, 4, 8... and at least one
+    /// every [`LOG_EVERY`]) and sleeps its backoff; `false` if the token was cancelled
+    /// meanwhile.
     pub async fn failed<E: Display + Retryable>(&mut self, e: &E) -> bool {
         let r = self.retry;
         if let Some(c) = &r.errors {
@@ -147,7 +156,10 @@ impl Attempts<'_> {
         }
         self.failures += 1;
         let attempt = self.failures;
-        if worth_logging(attempt) {
+        let now = tokio::time::Instant::now();
+        let quiet = self.logged.is_some_and(|t| now - t >= LOG_EVERY);
+        if worth_logging(attempt) || quiet {
+            self.logged = Some(now);
             let (what, partition) = (r.what, r.partition);
             if e.is_retryable() {
                 tracing::warn!(what, ?partition, error = %e, attempt, "failed; retrying");

@@ -80,6 +80,13 @@ pub async fn run(
     let max = kafka::producer_max_bytes(k).unwrap_or(catalog::DEFAULT_MAX_RECORD_BYTES);
     let catalog = Catalog::new(&kafka::client(k), max).context("creating the metadata clients")?;
     crate::sampler::spawn(store.clone(), metrics.clone(), &status, token.clone());
+    let waits = Arc::new(crate::intake::watch::Waits::default());
+    crate::intake::watch::spawn(
+        waits.clone(),
+        metrics.clone(),
+        status.clone(),
+        token.clone(),
+    );
     let tasks = Tasks {
         trigger_store: store.dedicated().await?,
         store: store.clone(),
@@ -123,6 +130,7 @@ pub async fn run(
         routing: (k.partitioner, args.misrouted),
         partition_count: partitions,
         intake_pacer: Default::default(),
+        waits: waits.clone(),
     };
     tracing::info!(topic = %k.commands_topic, partitions, group = %args.group_id, "ktimer running");
     intake.run().await?;

@@ -20,6 +20,9 @@ pub struct Status {
     /// Why Redis is not safe to keep timers in (an evicting `maxmemory-policy`, keys
     /// evicted): the instance is not ready while it is set.
     pub redis_unsafe: Option<String>,
+    /// What the intake has waited for longer than a few seconds (a stall): the instance
+    /// is not ready while it is set.
+    pub intake_stalled: Option<String>,
 }
 
 /// The sending side, shared by the parts of the service that publish their state.

@@ -97,7 +97,7 @@ async fn metrics(State(s): State<Arc<AdminState>>) -> String {
 
 async fn ready(State(s): State<Arc<AdminState>>) -> Response {
     let st = s.status.borrow();
-    if let Some(why) = &st.redis_unsafe {
+    if let Some(why) = st.redis_unsafe.as_ref().or(st.intake_stalled.as_ref()) {
         (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
     } else if st.joined {
         (StatusCode::OK, "ready\n").into_response()

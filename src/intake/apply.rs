@@ -17,6 +17,8 @@ use tokio::task::JoinHandle;
 /// A batch Redis is applying, in a task of its own.
 pub(super) struct InFlight {
     task: JoinHandle<Done>,
+    /// Open while the batch is in Redis ([`super::watch`]).
+    _wait: super::watch::Wait,
 }
 
 /// A batch and what Redis answered for it (`None` on shutdown).
@@ -131,7 +133,10 @@ impl Intake {
                 .await;
             (batch, applied)
         });
-        InFlight { task }
+        InFlight {
+            task,
+            _wait: self.waits.begin("Redis to apply a batch of commands"),
+        }
     }
 
     /// Takes what Redis did with a batch: wakes the triggers, records the offsets

@@ -23,6 +23,7 @@ mod answer;
 mod apply;
 mod prepare;
 mod states;
+pub mod watch;
 
 use crate::catalog::Catalog;
 use crate::clock::Clock;
@@ -78,6 +79,8 @@ pub struct Intake {
     pub partition_count: i32,
     /// Per-application intake rate limits (this instance's partitions' shares).
     pub intake_pacer: std::sync::Mutex<crate::pace::Pacer>,
+    /// What the intake waits for ([`watch`]).
+    pub waits: Arc<watch::Waits>,
 }
 
 /// The outcome of one record before its result is sent.
@@ -136,6 +139,7 @@ impl Intake {
                 }
                 _ = tick.tick() => {
                     self.land(&mut flight, &answers).await;
+                    let _wait = self.waits.begin("the ownership check of the partitions (and their rebuilds)");
                     let parts = self.partitions.ids();
                     self.partitions.check(&parts).await;
                     self.partitions.gauge_triggers();
@@ -173,6 +177,9 @@ impl Intake {
     }
 
     async fn rebalance(&mut self, ev: RebalanceEvent) {
+        let _wait = self
+            .waits
+            .begin("taking or releasing partitions (and their rebuilds)");
         // `false` only on shutdown, which the loop sees next.
         let _ = self.partitions.rebalance(ev).await;
     }
@@ -197,6 +204,9 @@ impl Intake {
         batch.states = settled.written;
         // Waiting for the acknowledgements overlaps the next batches; the channel is
         // short, so a slow broker still holds the intake back.
+        let _wait = self
+            .waits
+            .begin("the answer stage (results and states to the broker)");
         if answers.send(batch).await.is_err() {
             tracing::warn!("the answer stage stopped; results stay unacknowledged");
         }

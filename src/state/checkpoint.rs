@@ -17,7 +17,8 @@ use crate::retry::Retry;
 use crate::shutdown::{CancellationToken, Stoppable};
 use crate::sink::{delivered, Sink};
 use crate::store::{CheckpointPage, Store};
-use crate::timer::Checkpoint;
+use crate::timer::{Checkpoint, TimerFields};
+use rdkafka::producer::DeliveryFuture;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -218,12 +219,7 @@ impl Checkpointer {
             wrote |= !page.timers.is_empty();
             let mut sent = Vec::with_capacity(page.timers.len() + 1);
             for (id, fields) in &page.timers {
-                let value = fields.as_ref().map(encode_timer_state).transpose()?;
-                sent.push(
-                    self.sink
-                        .send_state(self.partition, id.as_bytes(), value.as_deref())
-                        .await?,
-                );
+                sent.extend(self.send_state(id, fields.as_ref()).await?);
             }
             let done = page.left == 0;
             tracing::debug!(
@@ -254,6 +250,39 @@ impl Checkpointer {
         }
     }
 
+    /// Enqueues the state record of timer `id` (a tombstone for `None`). A state the
+    /// producer refuses as too large goes again without its history; one still too large
+    /// is left out, with an error: one timer never stops the partition's checkpoints (the
+    /// intake refuses timers whose state would not fit, so only a limit lowered since can
+    /// do this).
+    async fn send_state(
+        &self,
+        id: &str,
+        fields: Option<&TimerFields>,
+    ) -> Result<Option<DeliveryFuture>, StateError> {
+        let (p, key) = (self.partition, id.as_bytes());
+        let value = fields.map(encode_timer_state).transpose()?;
+        match self.sink.send_state(p, key, value.as_deref()).await {
+            Err(e) if e.does_not_fit() => {
+                self.kafka_errors.inc();
+                tracing::error!(partition = p, timer_id = id, error = %e,
+                    "a timer's state is too large for the state topic: written without its history");
+            }
+            other => return Ok(Some(other?)),
+        }
+        let lean = fields.map(without_history);
+        let value = lean.as_ref().map(encode_timer_state).transpose()?;
+        match self.sink.send_state(p, key, value.as_deref()).await {
+            Err(e) if e.does_not_fit() => {
+                tracing::error!(partition = p, timer_id = id, error = %e,
+                    "a timer's state is too large for the state topic even without its history: \
+                     not recorded (a rebuild would not restore it)");
+                Ok(None)
+            }
+            other => Ok(Some(other?)),
+        }
+    }
+
     /// Whether commands were applied, fires acknowledged or the in-flight list changed
     /// since the last checkpoint (a Redis back from older data then shows an older
     /// sequence, so its stale fires are never claimed).
@@ -274,6 +303,15 @@ impl Checkpointer {
             applied_offset: page.applied_now,
         }
     }
+}
+
+/// A timer's fields without its history and last fire (the look-up's, not the schedule's).
+fn without_history(t: &TimerFields) -> TimerFields {
+    use crate::store::keys::field;
+    let mut lean = t.clone();
+    lean.fields.remove(field::HISTORY);
+    lean.fields.remove(field::LAST_FIRE);
+    lean
 }
 
 #[cfg(test)]
