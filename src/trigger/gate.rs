@@ -9,38 +9,66 @@ use std::sync::Mutex;
 /// offset `o` (its new version), it blocks every fire of that timer with a version below
 /// `o` here *before* it sends the command's result; the trigger checks the gate right
 /// before each send. So no fire of an older version is produced after the result. An
-/// entry lives while the trigger may still hold a fire of that timer in memory.
+/// entry lives while the trigger may still hold a fire of that timer in memory, or may
+/// still receive one: a claim that started before the entry was blocked may have run in
+/// Redis before the command was applied (each entry carries the [`Gate::stamp`] of its
+/// block, each claim the stamp of its start).
 #[derive(Debug, Default)]
 pub struct Gate {
-    blocked: Mutex<HashMap<String, i64>>,
+    blocked: Mutex<Blocked>,
+}
+
+/// The blocked timers: id to (version, stamp), and the last stamp given.
+#[derive(Debug, Default)]
+struct Blocked {
+    by_id: HashMap<String, (i64, u64)>,
+    stamps: u64,
 }
 
 impl Gate {
     /// Fires of `timer_id` with a version below `version` must not be delivered.
     pub fn block(&self, timer_id: &str, version: i64) {
         let mut b = self.lock();
-        let v = b.entry(timer_id.to_string()).or_insert(version);
-        *v = (*v).max(version);
+        b.stamps += 1;
+        let stamp = b.stamps;
+        let v = b
+            .by_id
+            .entry(timer_id.to_string())
+            .or_insert((version, stamp));
+        *v = (v.0.max(version), stamp);
+    }
+
+    /// The stamp of the last block so far: a claim records it when it starts.
+    pub fn stamp(&self) -> u64 {
+        self.lock().stamps
     }
 
     /// Whether a fire of `timer_id` at `version` is stale. An extra fire (FIRE_NOW, a
     /// negative version) never is: it was asked for explicitly.
     pub fn blocks(&self, timer_id: &str, version: i64) -> bool {
-        version >= 0 && self.lock().get(timer_id).is_some_and(|&v| version < v)
+        version >= 0
+            && self
+                .lock()
+                .by_id
+                .get(timer_id)
+                .is_some_and(|&(v, _)| version < v)
     }
 
-    /// Forgets entries of timers the trigger holds no fire of. Claims that ran before a
-    /// command was applied have been pushed to the ready queue by then, so this is safe.
-    pub fn prune(&self, held: &HashSet<&str>) {
-        self.lock().retain(|id, _| held.contains(id.as_str()));
+    /// Forgets entries of timers the trigger holds no fire of, except those blocked after
+    /// `claim` (the stamp a claim still running took when it started): its reply may
+    /// carry a fire of theirs. Claims that finished were pushed to the ready queue.
+    pub fn prune(&self, held: &HashSet<&str>, claim: Option<u64>) {
+        self.lock().by_id.retain(|id, &mut (_, stamp)| {
+            held.contains(id.as_str()) || claim.is_some_and(|c| stamp > c)
+        });
     }
 
     /// Whether nothing is blocked.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().by_id.is_empty()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Blocked> {
         self.blocked.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -68,10 +96,32 @@ mod tests {
         let g = Gate::default();
         g.block("a", 3);
         g.block("b", 3);
-        g.prune(&HashSet::from(["a"]));
+        g.prune(&HashSet::from(["a"]), None);
         assert!(g.blocks("a", 1));
         assert!(!g.blocks("b", 1));
-        g.prune(&HashSet::new());
+        g.prune(&HashSet::new(), None);
+        assert!(g.is_empty());
+    }
+
+    #[test]
+    fn an_entry_blocked_while_a_claim_runs_outlives_the_claim() {
+        let g = Gate::default();
+        g.block("before", 3);
+        // A claim starts; then a cancel of "x" is applied and blocked.
+        let claim = g.stamp();
+        g.block("x", 9);
+        // Nothing of "x" is held yet, but the claim's reply may carry its old fire.
+        g.prune(&HashSet::new(), Some(claim));
+        assert!(
+            g.blocks("x", 5),
+            "pruned while the claim could still return it"
+        );
+        assert!(
+            !g.blocks("before", 1),
+            "blocked before the claim started: safe to forget"
+        );
+        // The claim finished (its fires, if any, are in the ready queue and held).
+        g.prune(&HashSet::new(), None);
         assert!(g.is_empty());
     }
 }

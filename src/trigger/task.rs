@@ -86,6 +86,9 @@ pub(super) struct Trigger {
     pub call_failed: Option<StoreError>,
     /// Whether the last call started was a claim.
     pub claimed_last: bool,
+    /// The gate's stamp when the running claim started (`None` while an acknowledgement
+    /// runs): the gate keeps what was blocked since ([`Gate::prune`]).
+    pub claim_stamp: Option<u64>,
 }
 
 impl Trigger {
@@ -126,6 +129,7 @@ impl Trigger {
             call: None,
             call_failed: None,
             claimed_last: false,
+            claim_stamp: None,
         }
     }
 
@@ -209,7 +213,8 @@ impl Trigger {
     /// Takes the broker's answers that arrived and prunes the gate.
     fn take_answers(&mut self) {
         if !self.gate.is_empty() {
-            self.gate.prune(&self.ready.timer_ids());
+            let claim = self.call.as_ref().and(self.claim_stamp);
+            self.gate.prune(&self.ready.timer_ids(), claim);
         }
         while let Some(Some((p, r))) = self.sending.next().now_or_never() {
             self.delivered(p, r);
