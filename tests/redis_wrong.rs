@@ -291,3 +291,66 @@ async fn the_intake_answers_after_a_rebuild_then_an_aof_restart_under_creates() 
     let (st, _) = svc.terminate();
     assert!(st.success(), "ktimer exited with {st}");
 }
+
+/// Redis full (`maxmemory` reached, `noeviction`): every write is refused with OOM. The
+/// intake stops taking commands and says so (`/readyz` 503, the stall metric), loses
+/// nothing, and carries on by itself once Redis accepts writes again: every command is
+/// answered, every timer fires, none early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_stalls_the_intake_visibly_and_nothing_is_lost() {
+    let w = World::start("oom", false);
+    let env = TestEnv::on(&w.servers(), "oom", 2, &[]).await;
+    let mut got = env.collect();
+    let a = ChildProcess::spawn(&env, &[], &w.dir.join("a.log"));
+    a.ready(MIN).await;
+    let mut con = redis::Client::open(w.redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let used = info_field(&mut con, "memory", "used_memory");
+    config_set(&mut con, "maxmemory", &(used + (2 << 20)).to_string());
+    let filler = vec![b'x'; 10_000];
+    let mut i = 0;
+    loop {
+        let set: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&filler)
+            .query(&mut con);
+        if set.is_err() {
+            break;
+        }
+        i += 1;
+    }
+    let expected = spread("full", 500, now_ms() + 40_000, 5_000);
+    env.send_many(&common::checker::commands(&expected)).await;
+    let deadline = tokio::time::Instant::now() + MIN;
+    loop {
+        let stalled = a.metric("ktimer_intake_stalled_seconds").unwrap_or(0.0);
+        let ready = a.get("/readyz");
+        if stalled >= 10.0 && matches!(&ready, Some((503, why)) if why.contains("Redis")) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a full Redis did not show within a minute: stalled {stalled} s, /readyz {ready:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        got.results.try_recv().is_err(),
+        "a command was answered while Redis refused every write"
+    );
+    config_set(&mut con, "maxmemory", "0");
+    common::checker::all_accepted(&mut got, Vec::new(), &expected, MIN).await;
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(1)).await;
+    check(
+        "redis full, then writable again",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: 0,
+            lateness_ms: 1_000,
+        },
+    );
+    assert_eq!(a.metric("ktimer_intake_stalled_seconds"), Some(0.0));
+}
