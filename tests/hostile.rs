@@ -206,3 +206,32 @@ async fn generated_hostile_commands_all_get_a_result_and_the_service_stays_up() 
     );
     assert!(child.alive());
 }
+
+/// A cron schedule with no occurrence left (a past year), as a create and as the update of
+/// a one-shot timer: each is answered with a reason, and the partition goes on. (The
+/// generated commands above once made a batch fail in Redis on every retry, `arithmetic on
+/// a nil value` in `rec_put`, a cron timer stored without a next occurrence, and the whole
+/// intake stalled; `place.lua` and `apply.lua` now store such a timer without a due. That
+/// run's seed was not kept, and this command is refused before Redis.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cron_with_no_occurrence_left_does_not_stop_the_partition() {
+    let env = TestEnv::new("nocron", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    env.send(&once_at("u", now_ms() + 3_600_000, "x"), None)
+        .await;
+    got.results(1, Duration::from_secs(60)).await;
+    let past = "0 0 0 1 1 * 2020";
+    env.send(&common::cron("gone", past, "x"), None).await;
+    let mut update = common::cron("u", past, "x");
+    update.kind = CommandKind::Update;
+    update.request_id = "update-u".into();
+    env.send(&update, None).await;
+    env.send(&once_at("normal", now_ms() + 1_000, "x"), None)
+        .await;
+    let rs = got.results(3, Duration::from_secs(60)).await;
+    println!("{rs:?}");
+    let fires = got.fires_until("normal", Duration::from_secs(60)).await;
+    assert!(fires.iter().all(|f| f.timer_id == "normal"), "{fires:?}");
+    svc.stop().await;
+}

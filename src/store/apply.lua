@@ -112,7 +112,9 @@ local function install(t, a, id, off, live)
     rec_put(id, t)
     return
   end
-  t.k, t.sc, t.mp, t.hz, t.due = 'c', ARGV[a + 7], ARGV[a + 8], ARGV[a + 10], due_arg
+  -- (No next occurrence: no due.)
+  t.k, t.sc, t.mp, t.hz = 'c', ARGV[a + 7], ARGV[a + 8], ARGV[a + 10]
+  t.due = due_arg ~= '' and due_arg or nil
   t.fin, t.lst = nil, nil
   t.mx = ARGV[a + 9] ~= '' and ARGV[a + 9] or nil
   if fired_out(t) then

@@ -168,7 +168,8 @@ local function rec_put(id, t)
   rec_tally(t.a, t._st0, t.st)
   t._st0 = t.st
   local tkey = REC.base .. 't:' .. id
-  local minute = t.due and math.floor(tonumber(t.due) / 60000)
+  local due = tonumber(t.due or '')
+  local minute = due and math.floor(due / 60000)
   if t.st == 'scheduled' and t.k ~= 'c' and minute and minute > rec_meta().pm then
     t._h = t._h or rec_hash(id)
     redis.call('HSET', rec_bucket(t._h), id, rec_pack(id, t))
