@@ -79,7 +79,14 @@ pub async fn run(
     }
     let max = kafka::producer_max_bytes(k).unwrap_or(catalog::DEFAULT_MAX_RECORD_BYTES);
     let catalog = Catalog::new(&kafka::client(k), max).context("creating the metadata clients")?;
-    crate::sampler::spawn(store.clone(), metrics.clone(), &status, token.clone());
+    let retune = args.redis_tune;
+    crate::sampler::spawn(
+        store.clone(),
+        metrics.clone(),
+        &status,
+        retune,
+        token.clone(),
+    );
     let waits = Arc::new(crate::intake::watch::Waits::default());
     crate::intake::watch::spawn(
         waits.clone(),

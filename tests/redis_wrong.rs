@@ -354,3 +354,38 @@ async fn a_full_redis_stalls_the_intake_visibly_and_nothing_is_lost() {
     );
     assert_eq!(a.metric("ktimer_intake_stalled_seconds"), Some(0.0));
 }
+
+/// `hash-max-listpack-value`, raised with CONFIG SET at start (`--redis-tune`), is lost when
+/// Redis restarts without it in its configuration: pending timers then take about twice
+/// the memory. A running instance raises it again within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listpack_setting_is_raised_again_after_a_redis_restart() {
+    let mut w = World::start("listpack", false);
+    let env = TestEnv::on(&w.servers(), "listpack", 1, &[]).await;
+    let svc = env.start().await;
+    let setting = |url: &str| -> u64 {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let pair: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("hash-max-listpack-value")
+            .query(&mut con)
+            .unwrap();
+        pair[1].parse().unwrap()
+    };
+    assert_eq!(setting(&w.redis.url()), 1024, "raised at start");
+    w.redis.kill();
+    w.redis.restart();
+    assert!(
+        setting(&w.redis.url()) < 1024,
+        "a restarted Redis has its default"
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while setting(&w.redis.url()) < 1024 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "hash-max-listpack-value not raised again within 30 s of the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    svc.stop().await;
+}

@@ -126,8 +126,9 @@ pub struct RunArgs {
     #[arg(long, env = "KTIMER_REDIS_PREFIX", default_value = "ktimer")]
     pub redis_prefix: String,
     /// Raise Redis's `hash-max-listpack-value` to 1024 at start (CONFIG SET on every
-    /// primary), so buckets of timer records keep the compact encoding: about half the
-    /// memory per pending timer. `false` leaves the server's configuration alone.
+    /// primary), and again within seconds wherever a restarted Redis lost it, so buckets of
+    /// timer records keep the compact encoding: about half the memory per pending timer.
+    /// `false` leaves the server's configuration alone.
     #[arg(long, env = "KTIMER_REDIS_TUNE", default_value_t = true, action = clap::ArgAction::Set)]
     pub redis_tune: bool,
     /// Consumer group of the ktimer instances.
