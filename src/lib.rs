@@ -27,14 +27,17 @@
 //!   definition, apply request and its typed outcome, the claimed fire).
 //! - [`intake`]: consumes commands; `prepare` (decode, validate, deliverability), `apply`
 //!   (Redis, fencing, waking triggers), `answer` (results, then offsets), `states` (the
-//!   state records of the timers changed, written with the results).
+//!   state records of the timers changed, written with the results), `watch` (what the
+//!   intake waits for: a stall shows in a metric, `/readyz` and the log).
 //! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
 //! - [`ownership`]: the consumer's rebalance callback, the owned partitions with their
 //!   tasks, fencing epochs, replay when Redis lost data.
 //! - [`store`]: one Redis server or a Redis Cluster (`conn`), keys and field names, where
 //!   a timer lives and how it is packed (`record.lua`, prepended to the scripts), one file
-//!   per script family (apply, fires, cron, epoch, state) and a typed view; the Lua
-//!   scripts are `src/store/*.lua`.
+//!   per script family (apply, fires, cron, epoch, state) and a typed view; `guard`: the
+//!   eviction policy refused at start and watched; the Lua scripts are `src/store/*.lua`.
+//! - [`state`]: the state topic: checkpoints, the rebuild, the last checkpoint read back
+//!   when partitions are taken (`tail`), one reader of state partitions (`scan`).
 //! - [`trigger`]: one task per owned partition firing timers at the due millisecond
 //!   (`wake`, `gate`, `lease`, `delivery`, `recover`, `task`); [`migrator`]: one task per owned
 //!   partition materialising cron occurrences ahead and promoting timers due soon out of
