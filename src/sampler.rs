@@ -9,7 +9,6 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::shutdown::CancellationToken;
 use crate::status::StatusTx;
-use crate::store::guard::Eviction;
 use crate::store::Store;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,16 +85,14 @@ async fn watch_eviction(
         if grew > 0 {
             m.redis_evicted_keys.inc_by(grew);
             problems.push(format!(
-                "Redis {node} evicted {grew} keys in the last {} s: timers may be lost;                  set maxmemory-policy noeviction and raise maxmemory",
+                "Redis {node} evicted {grew} keys in the last {} s: timers may be lost; \
+                 set maxmemory-policy noeviction and raise maxmemory",
                 EVERY.as_secs()
             ));
         }
     }
-    m.redis_may_evict.set(
-        primaries
-            .iter()
-            .any(|(_, e): &(String, Eviction)| e.may_evict()) as i64,
-    );
+    m.redis_may_evict
+        .set(primaries.iter().any(|(_, e)| e.may_evict()) as i64);
     for p in &problems {
         tracing::error!(problem = %p, "redis may lose timers");
     }

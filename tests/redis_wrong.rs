@@ -15,8 +15,13 @@ use std::time::Duration;
 
 const MIN: Duration = Duration::from_secs(60);
 
+/// A connection to the Redis at `url`.
+fn connect(url: &str) -> redis::Connection {
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
 fn flushall(url: &str) {
-    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let mut con = connect(url);
     let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
 }
 
@@ -113,6 +118,35 @@ fn config_set(con: &mut redis::Connection, name: &str, value: &str) {
         .unwrap();
 }
 
+/// Writes keys of 10 kB until Redis refuses one (full) or `enough` holds.
+fn fill(con: &mut redis::Connection, enough: impl Fn(&mut redis::Connection) -> bool) {
+    let filler = vec![b'x'; 10_000];
+    for i in 0.. {
+        let set: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&filler)
+            .query(con);
+        if set.is_err() || enough(con) {
+            return;
+        }
+    }
+}
+
+/// Polls `ok` every 250 ms until it holds; fails with `what` after `limit`.
+async fn eventually(limit: Duration, what: &str, mut ok: impl FnMut() -> Option<String>) {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let Some(not_yet) = ok() else {
+            return;
+        };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} within {limit:?}: {not_yet}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
     let line = info.lines().find(|l| l.starts_with(&format!("{field}:")));
@@ -125,10 +159,7 @@ fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_evicting_redis_is_refused_at_start() {
     let w = World::start("evicting", false);
-    let mut con = redis::Client::open(w.redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connect(&w.redis.url());
     config_set(&mut con, "maxmemory-policy", "allkeys-lru");
     let env = TestEnv::on(&w.servers(), "evicting", 1, &[]).await;
     let (tx, _rx) = tokio::sync::watch::channel(Default::default());
@@ -158,36 +189,18 @@ async fn keys_evicted_under_a_running_instance_are_reported() {
     let expected = spread("ev", 2_000, now_ms() + 3_600_000, 60_000);
     common::checker::load(&env, &mut got, &expected).await;
     assert_eq!(a.metric("ktimer_redis_evicted_keys_total"), Some(0.0));
-    let mut con = redis::Client::open(w.redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connect(&w.redis.url());
     let used = info_field(&mut con, "memory", "used_memory");
     config_set(&mut con, "maxmemory-policy", "allkeys-lru");
     config_set(&mut con, "maxmemory", &(used + (4 << 20)).to_string());
-    let filler = vec![b'x'; 10_000];
-    let mut i = 0;
-    while info_field(&mut con, "stats", "evicted_keys") == 0 {
-        let _: () = redis::cmd("SET")
-            .arg(format!("filler:{i}"))
-            .arg(&filler)
-            .query(&mut con)
-            .unwrap();
-        i += 1;
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    fill(&mut con, |con| info_field(con, "stats", "evicted_keys") > 0);
+    eventually(Duration::from_secs(30), "eviction reported", || {
         let evicted = a.metric("ktimer_redis_evicted_keys_total").unwrap_or(0.0);
         let ready = a.get("/readyz");
-        if evicted > 0.0 && matches!(&ready, Some((503, why)) if why.contains("evicted")) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "eviction not reported within 30 s: {evicted} evicted, /readyz {ready:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        let shown = evicted > 0.0 && matches!(&ready, Some((503, why)) if why.contains("evicted"));
+        (!shown).then(|| format!("{evicted} evicted, /readyz {ready:?}"))
+    })
+    .await;
     assert_eq!(a.metric("ktimer_redis_may_evict"), Some(1.0));
 }
 
@@ -203,10 +216,7 @@ async fn redis_back_from_an_older_snapshot_across_an_owner_change() {
     let svc = env.start().await;
     let expected = spread("r", 300, now_ms() + 3_000, 2_000);
     common::checker::load(&env, &mut got, &expected).await;
-    let mut con = redis::Client::open(w.redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connect(&w.redis.url());
     let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
     let fires = gather(&mut got, &expected, MIN, Duration::from_millis(100)).await;
     // Checkpoints record the fires (one a second), then the owner leaves.
@@ -303,39 +313,19 @@ async fn a_full_redis_stalls_the_intake_visibly_and_nothing_is_lost() {
     let mut got = env.collect();
     let a = ChildProcess::spawn(&env, &[], &w.dir.join("a.log"));
     a.ready(MIN).await;
-    let mut con = redis::Client::open(w.redis.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut con = connect(&w.redis.url());
     let used = info_field(&mut con, "memory", "used_memory");
     config_set(&mut con, "maxmemory", &(used + (2 << 20)).to_string());
-    let filler = vec![b'x'; 10_000];
-    let mut i = 0;
-    loop {
-        let set: redis::RedisResult<()> = redis::cmd("SET")
-            .arg(format!("filler:{i}"))
-            .arg(&filler)
-            .query(&mut con);
-        if set.is_err() {
-            break;
-        }
-        i += 1;
-    }
+    fill(&mut con, |_| false);
     let expected = spread("full", 500, now_ms() + 40_000, 5_000);
     env.send_many(&common::checker::commands(&expected)).await;
-    let deadline = tokio::time::Instant::now() + MIN;
-    loop {
+    eventually(MIN, "a full Redis shown", || {
         let stalled = a.metric("ktimer_intake_stalled_seconds").unwrap_or(0.0);
         let ready = a.get("/readyz");
-        if stalled >= 10.0 && matches!(&ready, Some((503, why)) if why.contains("Redis")) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a full Redis did not show within a minute: stalled {stalled} s, /readyz {ready:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+        let shown = stalled >= 10.0 && matches!(&ready, Some((503, why)) if why.contains("Redis"));
+        (!shown).then(|| format!("stalled {stalled} s, /readyz {ready:?}"))
+    })
+    .await;
     assert!(
         got.results.try_recv().is_err(),
         "a command was answered while Redis refused every write"
@@ -364,7 +354,7 @@ async fn the_listpack_setting_is_raised_again_after_a_redis_restart() {
     let env = TestEnv::on(&w.servers(), "listpack", 1, &[]).await;
     let svc = env.start().await;
     let setting = |url: &str| -> u64 {
-        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let mut con = connect(url);
         let pair: Vec<String> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("hash-max-listpack-value")
@@ -379,13 +369,15 @@ async fn the_listpack_setting_is_raised_again_after_a_redis_restart() {
         setting(&w.redis.url()) < 1024,
         "a restarted Redis has its default"
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while setting(&w.redis.url()) < 1024 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "hash-max-listpack-value not raised again within 30 s of the restart"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let url = w.redis.url();
+    eventually(
+        Duration::from_secs(30),
+        "hash-max-listpack-value raised again",
+        || {
+            let now = setting(&url);
+            (now < 1024).then(|| format!("still {now}"))
+        },
+    )
+    .await;
     svc.stop().await;
 }

@@ -252,9 +252,7 @@ impl Checkpointer {
 
     /// Enqueues the state record of timer `id` (a tombstone for `None`). A state the
     /// producer refuses as too large goes again without its history; one still too large
-    /// is left out, with an error: one timer never stops the partition's checkpoints (the
-    /// intake refuses timers whose state would not fit, so only a limit lowered since can
-    /// do this).
+    /// is left out, with an error: one timer never stops the partition's checkpoints.
     async fn send_state(
         &self,
         id: &str,

@@ -15,9 +15,10 @@
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
 --       data, whose states must never reach the state topic: 'fenced')
 -- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
--- counter, applied offset (when the watermark was read), m, m in-flight members, then per timer: id, n, n field/value pairs}; left is the number of timers
--- still dirty (a checkpoint is complete only with a page that leaves none); n = -1 is a
--- tombstone (the timer can never fire again).
+-- counter, applied offset (when the watermark was read), m, m in-flight members, then
+-- per timer: id, n, n field/value pairs}; left is the number of timers still dirty (a
+-- checkpoint is complete only with a page that leaves none); n = -1 is a tombstone (the
+-- timer can never fire again).
 -- Invariants:
 -- * a one-shot timer never written and due within `defer` ms is deferred, not written:
 --   most fire before the next checkpoint and then owe nothing; while deferred, the

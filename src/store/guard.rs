@@ -18,8 +18,6 @@ pub const SAFE_POLICY: &str = "noeviction";
 pub struct Eviction {
     /// `maxmemory_policy`.
     pub policy: String,
-    /// `maxmemory` in bytes (0: no limit).
-    pub maxmemory: u64,
     /// `evicted_keys`: keys evicted since Redis started.
     pub evicted_keys: u64,
 }
@@ -34,7 +32,6 @@ impl Eviction {
             };
             match name {
                 "maxmemory_policy" => e.policy = value.to_string(),
-                "maxmemory" => e.maxmemory = value.parse().unwrap_or(0),
                 "evicted_keys" => e.evicted_keys = value.parse().unwrap_or(0),
                 _ => {}
             }
@@ -63,28 +60,17 @@ impl Eviction {
 }
 
 impl Store {
-    /// The eviction settings and counter of every primary (`INFO memory` and `INFO stats`).
+    /// The eviction policy and counter of every primary (one `INFO`: its default
+    /// sections hold both).
     pub async fn eviction(&self) -> Result<Vec<(String, Eviction)>, StoreError> {
-        let mut conn = self.conn.clone();
-        let mut out = Vec::new();
-        for section in ["memory", "stats"] {
-            let mut info = redis::cmd("INFO");
-            info.arg(section);
-            for (node, reply) in conn.per_primary(&info).await? {
+        let replies = self.conn.clone().per_primary(&redis::cmd("INFO")).await?;
+        replies
+            .into_iter()
+            .map(|(node, reply)| {
                 let text: String = redis::from_redis_value(reply).map_err(super::bad_reply)?;
-                let e = Eviction::parse(&text);
-                match out
-                    .iter_mut()
-                    .find(|(n, _): &&mut (String, Eviction)| *n == node)
-                {
-                    Some((_, seen)) => {
-                        seen.evicted_keys = e.evicted_keys;
-                    }
-                    None => out.push((node, e)),
-                }
-            }
-        }
-        Ok(out)
+                Ok((node, Eviction::parse(&text)))
+            })
+            .collect()
     }
 }
 
@@ -97,7 +83,7 @@ mod tests {
         let memory = "# Memory\r\nused_memory:1024\r\nmaxmemory:1048576\r\n\
             maxmemory_human:1.00M\r\nmaxmemory_policy:allkeys-lru\r\n";
         let e = Eviction::parse(memory);
-        assert_eq!((e.policy.as_str(), e.maxmemory), ("allkeys-lru", 1_048_576));
+        assert_eq!(e.policy, "allkeys-lru");
         assert!(e.may_evict());
         let why = e.refusal("127.0.0.1:6379").unwrap();
         assert!(

@@ -8,8 +8,8 @@
 --       4 acked through ms, 5 retention ms, 6 applied offset to record ('' until the last
 --       call), 7 checkpoint sequence to record, 8 layout version (recorded by every call),
 --       9 the number k of replay fence strings that follow (field, value pairs; the last
---       call replaces the fence with them: keys.rs replay_fence), then per timer: id, m, m due instants of its in-flight fires, n, n field/value
---       pairs
+--       call replaces the fence with them: keys.rs replay_fence), then per timer: id, m,
+--       m due instants of its in-flight fires, n, n field/value pairs
 -- Returns the number of timers restored, or -1 when fenced.
 -- A call applied twice (retried after its reply was lost) leaves what the first left.
 -- Rules (the state records are written at checkpoints, so they may trail the fires):

@@ -56,11 +56,10 @@ impl Trigger {
         let claim_due = self.wake.claim_at() <= now && !(self.claimed_last && acks);
         if claim_due && self.wake.take_if_due(now) {
             self.claimed_last = true;
-            self.claim_stamp = Some(self.gate.stamp());
+            self.claim_stamp = self.gate.stamp();
             self.call = Some(self.claim_call(now));
         } else if acks {
             self.claimed_last = false;
-            self.claim_stamp = None;
             self.call = Some(self.ack_call());
         }
     }

@@ -86,9 +86,9 @@ pub(super) struct Trigger {
     pub call_failed: Option<StoreError>,
     /// Whether the last call started was a claim.
     pub claimed_last: bool,
-    /// The gate's stamp when the running claim started (`None` while an acknowledgement
-    /// runs): the gate keeps what was blocked since ([`Gate::prune`]).
-    pub claim_stamp: Option<u64>,
+    /// The gate's stamp when the last claim started: while it runs, the gate keeps what
+    /// was blocked since ([`Gate::prune`]).
+    pub claim_stamp: u64,
 }
 
 impl Trigger {
@@ -129,7 +129,7 @@ impl Trigger {
             call: None,
             call_failed: None,
             claimed_last: false,
-            claim_stamp: None,
+            claim_stamp: 0,
         }
     }
 
@@ -213,7 +213,8 @@ impl Trigger {
     /// Takes the broker's answers that arrived and prunes the gate.
     fn take_answers(&mut self) {
         if !self.gate.is_empty() {
-            let claim = self.call.as_ref().and(self.claim_stamp);
+            let claiming = self.call.is_some() && self.claimed_last;
+            let claim = claiming.then_some(self.claim_stamp);
             self.gate.prune(&self.ready.timer_ids(), claim);
         }
         while let Some(Some((p, r))) = self.sending.next().now_or_never() {
