@@ -1,6 +1,8 @@
 //! What the broker says about callback topics: whether they exist and how large a
 //! record they accept. The intake rejects a timer whose callback topic is unknown or
-//! whose payload the topic would refuse, instead of failing at its due time.
+//! whose callback (payload, key and headers) the topic would refuse, instead of failing
+//! at its due time, and one whose state record the state topic would refuse even without
+//! its history (it could never be checkpointed, and a rebuild would lose it).
 //!
 //! Answers are cached (a known topic for a minute, an unknown one for a few seconds, so
 //! a topic created after a rejection is picked up soon), at most [`CACHED_TOPICS`] of
@@ -21,8 +23,14 @@ use std::time::{Duration, Instant};
 /// used when the topic's own limit cannot be read.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 1_000_000;
 
-/// Room kept for the record's headers, key and envelope around the payload.
+/// Room kept for ktimer's headers and the envelope around a callback's payload, key and
+/// headers.
 const RECORD_OVERHEAD_BYTES: usize = 2_048;
+
+/// Room kept in a timer's state record beside its callback: its ids, schedule and
+/// counters (each id is at most a few hundred bytes). Its history is not counted: a
+/// checkpoint writes a state without it when the whole record is refused.
+pub const STATE_OVERHEAD_BYTES: usize = 4_096;
 
 /// Most topics whose facts are cached.
 pub const CACHED_TOPICS: usize = 10_000;
@@ -99,15 +107,31 @@ impl Catalog {
         })
     }
 
-    /// Why a payload of `payload_bytes` for `topic` would never be delivered, if it would not.
-    pub async fn refuses(&self, topic: &str, payload_bytes: usize) -> Option<String> {
+    /// Why a callback of `callback_bytes` (payload, key and headers) for `topic` would
+    /// never be delivered, if it would not.
+    pub async fn refuses(&self, topic: &str, callback_bytes: usize) -> Option<String> {
         match self.info(topic).await {
             TopicInfo::Missing => Some(format!("callback topic {topic:?} does not exist")),
             TopicInfo::Exists { max_record_bytes }
-                if payload_bytes + RECORD_OVERHEAD_BYTES > max_record_bytes =>
+                if callback_bytes + RECORD_OVERHEAD_BYTES > max_record_bytes =>
             {
                 Some(format!(
-                    "payload of {payload_bytes} bytes is larger than callback topic {topic:?} accepts ({max_record_bytes} bytes per record, {RECORD_OVERHEAD_BYTES} kept for headers and envelope)"
+                    "payload, key and headers of {callback_bytes} bytes are larger than callback topic {topic:?} accepts ({max_record_bytes} bytes per record, {RECORD_OVERHEAD_BYTES} kept for ktimer's headers and envelope)"
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Why the state record of a timer with a callback of `callback_bytes` would not fit
+    /// `state_topic` even without its history, if it would not.
+    pub async fn refuses_state(&self, state_topic: &str, callback_bytes: usize) -> Option<String> {
+        match self.info(state_topic).await {
+            TopicInfo::Exists { max_record_bytes }
+                if callback_bytes + STATE_OVERHEAD_BYTES > max_record_bytes =>
+            {
+                Some(format!(
+                    "payload, key and headers of {callback_bytes} bytes make a timer state larger than the state topic {state_topic:?} accepts ({max_record_bytes} bytes per record, {STATE_OVERHEAD_BYTES} kept for the timer's other fields)"
                 ))
             }
             _ => None,

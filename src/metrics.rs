@@ -40,8 +40,9 @@ pub struct Metrics {
     /// Commands processed, by `kind` (CREATE_ONCE, ..., `unknown` when undecodable) and
     /// `outcome` (accepted, duplicate, rejected, forwarded, unanswerable).
     pub commands: IntCounterVec,
-    /// Fires, by `outcome` (delivered, retried; stale: dropped before delivery because a
-    /// later command changed the timer).
+    /// Fires, by `outcome` (delivered, retried, dead_lettered; stale: dropped before
+    /// delivery because a later command changed the timer; vanished: due, but the timer's
+    /// record was gone from Redis: lost).
     pub fires: IntCounterVec,
     /// Lateness of fires: produce time minus due time, seconds.
     pub fire_lateness: Histogram,

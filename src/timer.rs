@@ -261,6 +261,9 @@ pub struct Claimed {
     pub fires: Vec<Fire>,
     /// Due ms of the earliest fire still in the slices.
     pub next_due_ms: Option<i64>,
+    /// Due members whose timer record was gone (evicted, or deleted outside ktimer):
+    /// fires lost, counted so that an operator sees them.
+    pub vanished: u64,
 }
 
 #[cfg(test)]

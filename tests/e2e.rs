@@ -279,18 +279,21 @@ async fn timers_due_while_ktimer_is_down_fire_after_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undeliverable_fire_goes_to_the_dead_letter_topic_and_blocks_nothing() {
     use rdkafka::message::{Headers, Message};
-    // ktimer's producer refuses records over 20 kB; the doomed timer's headers make its
-    // record larger than that, a failure no retry can mend.
-    let env = TestEnv::new("dlq", 1, &["--kafka-option", "message.max.bytes=20000"]).await;
+    // The doomed timer is accepted; then ktimer's producer is limited to records of
+    // 20 kB, and the doomed timer's headers make its record larger than that, a failure
+    // no retry can mend.
+    let mut env = TestEnv::new("dlq", 1, &[]).await;
+    let due = now_ms() + 6_000;
+    let doomed = common::undeliverable("doomed", due);
+    env.accept_then_limit(&doomed, 20_000).await;
     let mut got = env.collect();
     let k = &env.args.kafka;
     let dlq: rdkafka::consumer::StreamConsumer =
         ktimer::client::assigned_consumer(k, std::slice::from_ref(&k.dead_letter_topic), true)
             .expect("dead-letter consumer");
     let svc = env.start().await;
-    let due = now_ms() + 1_500;
-    env.send(&common::undeliverable("doomed", due), None).await;
-    env.send(&once_at("fine", due + 50, ""), None).await;
+    let fine_due = (due + 50).max(now_ms() + 1_500);
+    env.send(&once_at("fine", fine_due, ""), None).await;
     let rs = got.results(2, WAIT).await;
     assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted), "{rs:?}");
 

@@ -204,6 +204,82 @@ async fn keys_evicted_under_a_running_instance_are_reported() {
     assert_eq!(a.metric("ktimer_redis_may_evict"), Some(1.0));
 }
 
+/// Timer records deleted behind ktimer's back (evicted, or removed by hand) while their
+/// fires wait in the minute slices: the lost fires are counted
+/// (`ktimer_fires_total{outcome="vanished"}`, alert KtimerFiresVanished), not dropped
+/// silently, and nothing else is disturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fires_whose_timer_records_vanished_are_counted() {
+    let w = World::start("vanished", false);
+    let env = TestEnv::on(&w.servers(), "vanished", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let doomed = spread("gone", 20, now_ms() + 4_000, 500);
+    common::checker::load(&env, &mut got, &doomed).await;
+    let mut con = connect(&w.redis.url());
+    // A partition this small keeps each record under a key of its own.
+    let records: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*:t:gone-*", env.args.redis_prefix))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(records.len(), 20, "{records:?}");
+    let _: () = redis::cmd("DEL").arg(&records).query(&mut con).unwrap();
+    env.send(&once_at("sentinel", now_ms() + 6_000, "x"), None)
+        .await;
+    let fires = got.fires_until("sentinel", MIN).await;
+    assert_eq!(fires.len(), 1, "fired without a record: {fires:?}");
+    let admin = svc.status.borrow().admin_addr.unwrap().to_string();
+    let (_, text) = common::world::http_get(&admin, "/metrics").expect("metrics");
+    let vanished = text
+        .lines()
+        .find(|l| l.starts_with("ktimer_fires_total{outcome=\"vanished\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(vanished, Some(20.0), "lost fires not counted");
+    svc.stop().await;
+}
+
+/// A one-shot timer paused before its due, resumed once the checkpoints' fire watermark
+/// has passed that due, and Redis emptied right after the resume was answered: the
+/// rebuild restores the timer paused (or, from a later checkpoint, pending or in flight)
+/// and replays the resume. Its fire is not lost (the suspicion: restored fired by the
+/// watermark while the replayed resume counts as a duplicate), and nothing fires before
+/// the resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_past_due_timer_fires_after_redis_is_emptied() {
+    let w = World::start("resume", false);
+    let env = TestEnv::on(&w.servers(), "resume", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let t0 = now_ms();
+    env.send(&once_at("t", t0 + 1_000, "x"), None).await;
+    env.send(&lifecycle(CommandKind::Pause, "t", "pause"), None)
+        .await;
+    let paused = got.results(2, MIN).await;
+    assert!(
+        paused.iter().all(|r| r.outcome == Outcome::Accepted),
+        "{paused:?}"
+    );
+    // Checkpoints (one a second) move the watermark past the paused timer's due.
+    sleep_until(t0 + 4_000).await;
+    let resumed_at = now_ms();
+    env.send(&lifecycle(CommandKind::Resume, "t", "resume"), None)
+        .await;
+    let r = got.results(1, MIN).await.remove(0);
+    assert_eq!(r.outcome, Outcome::Accepted, "{r:?}");
+    flushall(&w.redis.url());
+    env.send(&once_at("sentinel", now_ms() + 3_000, "x"), None)
+        .await;
+    let fires = got.fires_until("sentinel", MIN).await;
+    let t: Vec<_> = fires.iter().filter(|f| f.timer_id == "t").collect();
+    assert!(!t.is_empty(), "the resumed timer's fire was lost");
+    assert!(t.len() <= 2, "fired {} times", t.len());
+    assert!(
+        t.iter().all(|f| f.fired_ms >= resumed_at),
+        "fired before its resume: {t:?}"
+    );
+    svc.stop().await;
+}
+
 /// Redis back from an older snapshot across an owner change (a host reboot): 300 timers
 /// created, Redis saves them (SAVE), all 300 fire, the instance stops (SIGTERM), Redis
 /// restarts from that RDB and a new instance starts. Redis holds an older checkpoint than

@@ -190,12 +190,20 @@ impl Intake {
         )
     }
 
-    /// Why the broker would refuse the fires of `op` (unknown callback topic, payload too
-    /// large for it), if it would.
+    /// Why the broker would refuse the fires of `op` (unknown callback topic, a callback
+    /// too large for it) or its timer's state record, if it would.
     async fn deliverable(&self, op: &Op) -> Option<String> {
         let cb = &op.def()?.callback;
         let topic = cb.topic.as_deref().unwrap_or(&self.sink.topics.fired);
-        self.catalog.refuses(topic, cb.payload.len()).await
+        let headers: usize = cb.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let bytes = cb.payload.len() + cb.key.as_ref().map_or(0, Vec::len) + headers;
+        match self.catalog.refuses(topic, bytes).await {
+            Some(why) => Some(why),
+            None => {
+                let state = &self.sink.topics.state;
+                self.catalog.refuses_state(state, bytes + topic.len()).await
+            }
+        }
     }
 
     /// Decodes, retrying while the schema registry is unreachable; `None` on shutdown.

@@ -217,7 +217,7 @@ impl Checkpointer {
                 .checkpoint_page(held, now, (self.cfg.page, self.cfg.in_flight))
                 .await?;
             wrote |= !page.timers.is_empty();
-            let mut sent = Vec::with_capacity(page.timers.len() + 1);
+            let mut sent = Vec::with_capacity(page.timers.len());
             for (id, fields) in &page.timers {
                 sent.extend(self.send_state(id, fields.as_ref()).await?);
             }
@@ -231,12 +231,15 @@ impl Checkpointer {
                 "checkpoint page"
             );
             let record = (done && (wrote || self.changed(&page))).then(|| self.record(&page, now));
-            if let Some(c) = &record {
-                let v = encode_checkpoint(c)?;
-                sent.push(self.sink.send_state(self.partition, b"", Some(&v)).await?);
-            }
+            // The checkpoint record goes only once the page's states are in the topic: were
+            // the producer replaced between them (Sink::heal), the checkpoint could land
+            // without states that failed on the old one.
             for f in sent {
                 delivered(f).await?;
+            }
+            if let Some(c) = &record {
+                let v = encode_checkpoint(c)?;
+                delivered(self.sink.send_state(self.partition, b"", Some(&v)).await?).await?;
             }
             let seq = record.as_ref().map(|c| c.sequence);
             self.store.checkpointed(held, seq).await?;

@@ -7,8 +7,9 @@
 --       5 the partition's key prefix (timer records, record.lua), 6 occurrences due
 --       before this ms were missed, 7 now ms, 8 retention ms, 9 the oldest checkpoint
 --       sequence Redis may hold
--- Returns {next due ms or '', member, definition, member, definition, ...}, or {'fenced'};
--- a member is the in-flight member "version:due:id".
+-- Returns {next due ms or '', vanished, member, definition, member, definition, ...}, or
+-- {'fenced'}; a member is the in-flight member "version:due:id"; `vanished` counts slice
+-- members whose timer record was gone (evicted, or deleted outside ktimer): lost fires.
 -- Members of timers that were paused, cancelled or changed (older version, or a one-shot
 -- timer now due in another minute) are dropped.
 -- Cron members also obey the timer's maximum number of fires and its misfire policy
@@ -27,8 +28,9 @@ rec_init(ARGV[5], ARGV[8], KEYS[7])
 local upto = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
-local out = {''}
+local out = {'', '0'}
 local n = 0
+local vanished = 0
 -- (score, member) pairs to add to the in-flight set.
 local flight = {}
 
@@ -74,7 +76,11 @@ local function take(member, m)
   if string.byte(member, 1) ~= 1 then
     -- A one-shot timer: read raw (the hot path).
     local a, where, h = rec_raw(member)
-    local due = a and a[REC_DUE]
+    if not a then
+      vanished = vanished + 1
+      return nil
+    end
+    local due = a[REC_DUE]
     if due and a[REC_ST] == 1 and not a[REC_K] and due <= upto and math.floor(due / 60000) == tonumber(m) then
       local f = a[REC_V] .. ':' .. due .. ':' .. member
       if acked_before(tonumber(a[REC_V]), due, f) then
@@ -105,7 +111,11 @@ local function take(member, m)
     return nil
   end
   local t = rec_get(id)
-  if t and t.v == ver and t.st == 'scheduled' and t.k == 'c' and cron_take(t, due, id) then
+  if not t then
+    vanished = vanished + 1
+    return nil
+  end
+  if t.v == ver and t.st == 'scheduled' and t.k == 'c' and cron_take(t, due, id) then
     return string.sub(member, 2), t.d
   end
   return nil
@@ -161,4 +171,5 @@ for i = 1, 257 do
   redis.call('ZREM', KEYS[2], first[1])
 end
 rec_flush()
+out[2] = tostring(vanished)
 return out

@@ -59,9 +59,15 @@ impl Store {
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
             .map(|f| f as i64);
+        let vanished = it.next().unwrap_or_default();
+        let vanished = std::str::from_utf8(&vanished)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad_reply("claim: no count of vanished members"))?;
         Ok(Claimed {
             fires: parse_fires(it)?,
             next_due_ms,
+            vanished,
         })
     }
 

@@ -137,6 +137,11 @@ impl Trigger {
                     }
                 };
                 self.lease.confirm(issued);
+                if claimed.vanished > 0 {
+                    self.m.vanished.inc_by(claimed.vanished);
+                    tracing::error!(partition = self.partition, fires = claimed.vanished,
+                        "due fires lost: their timer records are gone from Redis (evicted, or deleted outside ktimer)");
+                }
                 let c = &self.cfg;
                 let full = claimed.fires.len() >= c.claim_batch;
                 let next = next_claim(now_ms, c.claim_ahead_ms, claimed.next_due_ms, full);

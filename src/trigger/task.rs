@@ -31,6 +31,7 @@ pub(super) struct Handles {
     pub retried: IntCounter,
     pub stale: IntCounter,
     pub dead_lettered: IntCounter,
+    pub vanished: IntCounter,
     pub lateness: Histogram,
     pub kafka_errors: IntCounter,
 }
@@ -43,6 +44,7 @@ impl Handles {
             retried: m.fires.with_label_values(&["retried"]),
             stale: m.fires.with_label_values(&["stale"]),
             dead_lettered: m.fires.with_label_values(&["dead_lettered"]),
+            vanished: m.fires.with_label_values(&["vanished"]),
             lateness: m.fire_lateness.clone(),
             kafka_errors: m.kafka_errors.with_label_values(&["fire"]),
         }

@@ -20,7 +20,9 @@ pub fn once_at(timer_id: &str, at_ms: i64, payload: &str) -> TimerCommand {
 }
 
 /// A one-shot create whose fired record (26 kB of payload and headers) a producer with
-/// `message.max.bytes=20000` refuses: no retry can deliver it, so it is dead-lettered.
+/// `message.max.bytes=20000` refuses. The intake refuses it under that limit; accepted
+/// before the limit was lowered ([`super::TestEnv::accept_then_limit`]), no retry can
+/// deliver it, so it is dead-lettered.
 pub fn undeliverable(timer_id: &str, at_ms: i64) -> TimerCommand {
     let mut doomed = once_at(timer_id, at_ms, "");
     let cb = doomed.callback.as_mut().unwrap();

@@ -211,6 +211,22 @@ impl TestEnv {
         }
     }
 
+    /// Has `cmd` accepted by an instance of today's settings, stops it, and lowers the
+    /// producer's record limit to `bytes` for the instances started next: a timer accepted
+    /// before its operator lowered a limit, which no retry can deliver or checkpoint whole.
+    pub async fn accept_then_limit(&mut self, cmd: &TimerCommand, bytes: usize) {
+        let mut got = self.collect();
+        let svc = self.start().await;
+        self.send(cmd, None).await;
+        let r = got.results(1, Duration::from_secs(60)).await.remove(0);
+        assert_eq!(r.outcome, ktimer::command::Outcome::Accepted, "{r:?}");
+        svc.stop().await;
+        let limit = format!("message.max.bytes={bytes}");
+        self.argv.extend(["--kafka-option".to_string(), limit]);
+        let limit = ("message.max.bytes".to_string(), bytes.to_string());
+        self.args.kafka.kafka_options.push(limit);
+    }
+
     /// Produces raw bytes to the commands topic (optionally to a given partition).
     pub async fn send_raw(&self, key: Option<&str>, value: &[u8], partition: Option<i32>) {
         let mut rec = FutureRecord::<str, [u8]>::to(&self.args.kafka.commands_topic).payload(value);
