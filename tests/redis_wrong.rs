@@ -421,6 +421,70 @@ async fn a_full_redis_stalls_the_intake_visibly_and_nothing_is_lost() {
     assert_eq!(a.metric("ktimer_intake_stalled_seconds"), Some(0.0));
 }
 
+/// Redis unable to persist (a snapshot failed: its directory became unwritable, as on a
+/// full disk; `stop-writes-on-bgsave-error yes`): every write is refused with MISCONF. The
+/// intake stops taking commands and says so (`/readyz` 503, the stall metric); once a
+/// snapshot succeeds again, every command is answered and every timer fires, the ones due
+/// meanwhile late, none early, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_cannot_persist_stalls_the_intake_visibly_and_nothing_is_lost() {
+    let w = World::start("misconf", false);
+    let env = TestEnv::on(&w.servers(), "misconf", 2, &[]).await;
+    let mut got = env.collect();
+    let a = ChildProcess::spawn(&env, &[], &w.dir.join("a.log"));
+    a.ready(MIN).await;
+    let early = spread("due", 100, now_ms() + 6_000, 4_000);
+    common::checker::load(&env, &mut got, &early).await;
+    let mut con = connect(&w.redis.url());
+    config_set(&mut con, "save", "3600 1");
+    config_set(&mut con, "dir", "/proc");
+    let failed: redis::RedisResult<String> = redis::cmd("BGSAVE").query(&mut con);
+    eventually(Duration::from_secs(10), "the snapshot failed", || {
+        let ok = info_field(&mut con, "persistence", "rdb_bgsave_in_progress") == 0;
+        let status: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(&mut con)
+            .unwrap();
+        let err = status.contains("rdb_last_bgsave_status:err");
+        (!(ok && err)).then(|| format!("BGSAVE {failed:?}, {status}"))
+    })
+    .await;
+    let refused: redis::RedisResult<()> = redis::cmd("SET").arg("probe").arg("1").query(&mut con);
+    assert!(
+        matches!(&refused, Err(e) if e.to_string().contains("MISCONF")),
+        "{refused:?}"
+    );
+    let later = spread("later", 300, now_ms() + 40_000, 5_000);
+    env.send_many(&common::checker::commands(&later)).await;
+    eventually(MIN, "a Redis refusing writes shown", || {
+        let stalled = a.metric("ktimer_intake_stalled_seconds").unwrap_or(0.0);
+        let ready = a.get("/readyz");
+        let shown = stalled >= 10.0 && matches!(&ready, Some((503, why)) if why.contains("Redis"));
+        (!shown).then(|| format!("stalled {stalled} s, /readyz {ready:?}"))
+    })
+    .await;
+    assert!(
+        got.results.try_recv().is_err(),
+        "a command was answered while Redis refused every write"
+    );
+    config_set(&mut con, "dir", w.dir.to_str().unwrap());
+    let _: String = redis::cmd("BGSAVE").query(&mut con).unwrap();
+    common::checker::all_accepted(&mut got, Vec::new(), &later, MIN).await;
+    let mut expected = early;
+    expected.extend(later);
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(1)).await;
+    check(
+        "redis not persisting, then persisting again",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: 0,
+            lateness_ms: 30_000,
+        },
+    );
+    assert_eq!(a.metric("ktimer_intake_stalled_seconds"), Some(0.0));
+}
+
 /// `hash-max-listpack-value`, raised with CONFIG SET at start (`--redis-tune`), is lost when
 /// Redis restarts without it in its configuration: pending timers then take about twice
 /// the memory. A running instance raises it again within seconds.

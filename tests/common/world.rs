@@ -67,7 +67,9 @@ impl Redis {
         let mut cmd =
             Proc::new(std::env::var("KTIMER_REDIS_SERVER_BIN").unwrap_or("redis-server".into()));
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", self.dir.to_str().unwrap(), "--save", ""]);
+            .args(["--dir", self.dir.to_str().unwrap(), "--save", ""])
+            // Tests move `dir` to make persistence fail.
+            .args(["--enable-protected-configs", "local"]);
         if self.aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "everysec"]);
         } else {
