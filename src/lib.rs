@@ -31,7 +31,8 @@
 //!   intake waits for: a stall shows in a metric, `/readyz` and the log).
 //! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
 //! - [`ownership`]: the consumer's rebalance callback, the owned partitions with their
-//!   tasks, fencing epochs, replay when Redis lost data.
+//!   tasks, fencing epochs, replay when Redis lost data; `cut`: the Redis probe that
+//!   gives the partitions up to the group while Redis is out of reach.
 //! - [`store`]: one Redis server or a Redis Cluster (`conn`), keys and field names, where
 //!   a timer lives and how it is packed (`record.lua`, prepended to the scripts), one file
 //!   per script family (apply, fires, cron, epoch, state) and a typed view; `guard`: the

@@ -89,6 +89,9 @@ pub struct Metrics {
     /// Seconds the intake has waited for one thing (Redis, the answer stage, a rebuild)
     /// once that is 10 s or more; 0 otherwise.
     pub intake_stalled: prometheus::Gauge,
+    /// Seconds since Redis last answered this instance's probe (0 while it answers); past
+    /// `--redis-cut-ms` the instance gives its partitions up.
+    pub redis_unreachable: prometheus::Gauge,
 }
 
 impl Metrics {
@@ -221,8 +224,14 @@ impl Metrics {
             "Seconds the intake has waited for one thing (Redis, the answer stage, a rebuild), once 10 or more",
         )
         .expect("metric");
+        let redis_unreachable = prometheus::Gauge::new(
+            "redis_unreachable_seconds",
+            "Seconds since Redis last answered this instance's probe; past --redis-cut-ms its partitions are given up",
+        )
+        .expect("metric");
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(redis_unreachable.clone()),
             Box::new(intake_stalled.clone()),
             Box::new(redis_may_evict.clone()),
             Box::new(redis_evicted_keys.clone()),
@@ -271,6 +280,7 @@ impl Metrics {
             redis_may_evict,
             redis_evicted_keys,
             intake_stalled,
+            redis_unreachable,
         }
     }
 

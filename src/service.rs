@@ -87,6 +87,13 @@ pub async fn run(
         retune,
         token.clone(),
     );
+    let cut = ownership::cut::spawn(
+        store.clone(),
+        Duration::from_millis(args.redis_cut_ms),
+        metrics.clone(),
+        status.clone(),
+        token.clone(),
+    );
     let waits = Arc::new(crate::intake::watch::Waits::default());
     crate::intake::watch::spawn(
         waits.clone(),
@@ -138,6 +145,7 @@ pub async fn run(
         partition_count: partitions,
         intake_pacer: Default::default(),
         waits: waits.clone(),
+        cut,
     };
     tracing::info!(topic = %k.commands_topic, partitions, group = %args.group_id, "ktimer running");
     intake.run().await?;

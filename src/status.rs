@@ -23,6 +23,9 @@ pub struct Status {
     /// What the intake has waited for longer than a few seconds (a stall): the instance
     /// is not ready while it is set.
     pub intake_stalled: Option<String>,
+    /// Why the partitions were given up (Redis unreachable for longer than
+    /// `--redis-cut-ms`): the instance is not ready while it is set.
+    pub redis_cut: Option<String>,
 }
 
 /// The sending side, shared by the parts of the service that publish their state.

@@ -96,8 +96,9 @@ async fn metrics(State(s): State<Arc<AdminState>>) -> String {
 }
 
 async fn ready(State(s): State<Arc<AdminState>>) -> Response {
-    let st = s.status.borrow();
-    if let Some(why) = st.redis_unsafe.as_ref().or(st.intake_stalled.as_ref()) {
+    let st = s.status.borrow().clone();
+    let why = [st.redis_cut, st.redis_unsafe, st.intake_stalled];
+    if let Some(why) = why.into_iter().flatten().next() {
         (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response()
     } else if st.joined {
         (StatusCode::OK, "ready\n").into_response()

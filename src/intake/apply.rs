@@ -121,10 +121,11 @@ impl Intake {
         }
     }
 
-    /// Starts applying the batch (retrying while Redis fails, until shutdown).
+    /// Starts applying the batch (retrying while Redis fails, until shutdown or until the
+    /// partitions are given up: [`crate::ownership::cut`]).
     fn launch(&self, batch: Prepared) -> InFlight {
         let store = self.store.clone();
-        let retry = Retry::new("apply", &self.token)
+        let retry = Retry::new("apply", &self.cut.apply_token())
             .counting(self.metrics.redis_errors.with_label_values(&["apply"]));
         let now = self.clock.now_ms();
         let task = tokio::spawn(async move {
@@ -141,7 +142,8 @@ impl Intake {
 
     /// Takes what Redis did with a batch: wakes the triggers, records the offsets
     /// handled, rechecks fenced partitions (their records are dropped: replayed or
-    /// handled by the new owner). `None` on shutdown.
+    /// handled by the new owner). `None` on shutdown, or when the partitions were given up
+    /// (nothing of the batch is answered or committed: the next owner applies it).
     async fn settle(&mut self, (batch, applied): Done) -> Option<Settled> {
         let Prepared {
             mut handled,

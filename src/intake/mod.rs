@@ -81,6 +81,8 @@ pub struct Intake {
     pub intake_pacer: std::sync::Mutex<crate::pace::Pacer>,
     /// What the intake waits for ([`watch`]).
     pub waits: Arc<watch::Waits>,
+    /// Whether Redis is out of reach and the partitions given up ([`crate::ownership::cut`]).
+    pub cut: Arc<crate::ownership::cut::Cut>,
 }
 
 /// The outcome of one record before its result is sent.
@@ -129,15 +131,21 @@ impl Intake {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut flight = Flight::default();
+        let mut cut = self.cut.watch();
         loop {
             tokio::select! {
                 biased;
                 _ = self.token.cancelled() => break,
+                Ok(()) = cut.changed() => {
+                    let given_up = *cut.borrow_and_update();
+                    self.land(&mut flight, &answers).await;
+                    self.give_up(given_up);
+                }
                 Some(ev) = self.events.recv() => {
                     self.land(&mut flight, &answers).await;
                     self.rebalance(ev).await;
                 }
-                _ = tick.tick() => {
+                _ = tick.tick(), if !*cut.borrow() => {
                     self.land(&mut flight, &answers).await;
                     let _wait = self.waits.begin("the ownership check of the partitions (and their rebuilds)");
                     let parts = self.partitions.ids();
@@ -176,6 +184,16 @@ impl Intake {
         Ok(())
     }
 
+    /// Leaves the group while Redis is out of reach (the revocation follows through the
+    /// rebalance callback, as the loop polls on), joins it again once Redis answers.
+    fn give_up(&self, given_up: bool) {
+        if given_up {
+            self.consumer.unsubscribe();
+        } else if let Err(e) = self.consumer.subscribe(&[&self.topic]) {
+            tracing::error!(error = %e, "joining the group again failed: restart the instance");
+        }
+    }
+
     async fn rebalance(&mut self, ev: RebalanceEvent) {
         let _wait = self
             .waits
@@ -186,6 +204,10 @@ impl Intake {
 
     /// One batch: prepare it, and apply it as soon as Redis is free ([`apply`]).
     async fn process(&mut self, msgs: Vec<OwnedMessage>, flight: &mut Flight) {
+        // Given up: the records read until the revocation are left to the next owner.
+        if self.cut.given_up() {
+            return;
+        }
         let live: Vec<&OwnedMessage> = msgs
             .iter()
             .filter(|m| self.partitions.live(m.partition()).is_some())

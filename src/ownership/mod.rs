@@ -19,11 +19,15 @@
 //!   replay them, fire again. Applying is idempotent (versions are offsets), so replaying
 //!   what Redis still has is harmless.
 //!
-//! Files: `context` (the consumer's rebalance callback), [`partitions`] (the owned
+//! An instance that cannot reach Redis gives its partitions up to the group ([`cut`]).
+//!
+//! Files: `context` (the consumer's rebalance callback), [`cut`] (the Redis probe),
+//! [`partitions`] (the owned
 //! partitions: own, rebuild, stop; `partitions/check.rs`: the periodic check, hold, seek),
 //! [`tasks`] (what runs per owned partition); this file keeps the pure decisions.
 
 mod context;
+pub mod cut;
 pub mod partitions;
 pub mod tasks;
 

@@ -233,6 +233,25 @@ impl ConnectionLike for Conn {
     }
 }
 
+impl super::Store {
+    /// Whether Redis answers a PING on the shared connection. An error reply counts as an
+    /// answer (Redis is reachable: loading, full...); a connection error or a timeout does
+    /// not.
+    pub async fn reachable(&self) -> bool {
+        let reply: RedisResult<Value> =
+            redis::cmd("PING").query_async(&mut self.conn.clone()).await;
+        match reply {
+            Ok(_) => true,
+            Err(e) => {
+                !(e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal())
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Target;

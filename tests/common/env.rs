@@ -137,9 +137,14 @@ impl TestEnv {
 
     /// Starts a ktimer instance in this process and waits until it joined the group.
     pub async fn start(&self) -> InProcess {
+        self.start_with(self.args.clone()).await
+    }
+
+    /// Like [`TestEnv::start`], with `args` (this environment's, changed).
+    pub async fn start_with(&self, args: RunArgs) -> InProcess {
         let token = CancellationToken::new();
         let (tx, mut status) = tokio::sync::watch::channel(Default::default());
-        let join = tokio::spawn(ktimer::service::run(self.args.clone(), token.clone(), tx));
+        let join = tokio::spawn(ktimer::service::run(args, token.clone(), tx));
         tokio::time::timeout(Duration::from_secs(60), status.wait_for(|s| s.joined))
             .await
             .expect("ktimer joined the group within 60 s")

@@ -5,6 +5,7 @@
 //! - [`child`]: [`child::ChildProcess`] instances (`ktimer run` as a child process, for
 //!   SIGKILL and SIGSTOP);
 //! - [`world`]: servers a fault scenario owns alone (to kill, freeze or wipe them);
+//!   [`proxy`]: a TCP proxy that cuts one instance off a server;
 //! - [`collected`]: what arrived on the fired and results topics;
 //! - [`commands`]: command builders; [`checker`]: the fault scenarios' one checker;
 //! - [`store`]: a store on its own prefix, for the store-level tests.
@@ -17,6 +18,7 @@ pub mod cluster;
 pub mod collected;
 pub mod commands;
 pub mod env;
+pub mod proxy;
 pub mod servers;
 pub mod store;
 pub mod world;

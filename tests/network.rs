@@ -1,0 +1,79 @@
+//! The network fails between one instance and Redis, while the rest of the group reaches
+//! everything: a TCP proxy the test controls stands between that instance and Redis.
+
+mod common;
+
+use common::checker::{check, due_near, gather, load, sleep_until, spread, Bounds};
+use common::proxy::Proxy;
+use common::world::World;
+use common::TestEnv;
+use ktimer::now_ms;
+use std::time::Duration;
+
+const MIN: Duration = Duration::from_secs(60);
+
+/// Waits until `ok` holds, failing after `limit` with what `ok` last said.
+async fn eventually(limit: Duration, what: &str, mut ok: impl FnMut() -> Option<String>) {
+    let end = tokio::time::Instant::now() + limit;
+    loop {
+        let Some(not_yet) = ok() else { return };
+        assert!(tokio::time::Instant::now() < end, "{what}: {not_yet}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Two instances; one is cut from Redis for 20 s (connections held open, nothing passes)
+/// while 200 timers come due in every partition. It gives its partitions up once Redis
+/// has not answered for `--redis-cut-ms` (5 s): the other fires them, late by less than
+/// the session timeout plus a few seconds (it held them for the whole cut, fires 20 s
+/// late); none is lost or early. Once the cut heals, it joins the group again by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_cut_from_redis_gives_its_partitions_up_and_rejoins() {
+    let session_ms = 6_000;
+    let w = World::start("rediscut", false);
+    let flags = ["--session-timeout-ms", "6000"];
+    let env = TestEnv::on(&w.servers(), "rediscut", 4, &flags).await;
+    let mut got = env.collect();
+    let proxy = Proxy::start(w.redis.port).await;
+    let mut via_proxy = env.args.clone();
+    via_proxy.redis_url = proxy.redis_url();
+    let a = env.start_with(via_proxy).await;
+    let b = env.start().await;
+    let owned = |s: &ktimer::status::Status| s.owned.len();
+    eventually(MIN, "both instances own partitions", || {
+        let (na, nb) = (owned(&a.status.borrow()), owned(&b.status.borrow()));
+        (na == 0 || na + nb != 4).then(|| format!("a owns {na}, b owns {nb}"))
+    })
+    .await;
+    let t0 = now_ms();
+    let expected = spread("cut", 200, t0 + 4_000, 14_000);
+    load(&env, &mut got, &expected).await;
+    let cut_at = t0 + 3_000;
+    sleep_until(cut_at).await;
+    proxy.cut();
+    let heal_at = cut_at + 20_000;
+    let fires = tokio::spawn(async move {
+        let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
+        (fires, expected)
+    });
+    sleep_until(heal_at).await;
+    proxy.heal();
+    let (fires, expected) = fires.await.unwrap();
+    let report = check(
+        "an instance cut from redis for 20 s",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: due_near(&expected, cut_at, 3_000),
+            lateness_ms: session_ms + 5_000,
+        },
+    );
+    println!("{report:?}");
+    eventually(MIN, "the cut instance joined the group again", || {
+        let na = owned(&a.status.borrow());
+        (na == 0).then(|| "it owns nothing".to_string())
+    })
+    .await;
+    a.stop().await;
+    b.stop().await;
+}
