@@ -60,7 +60,11 @@ pub async fn run(
         state: k.state_topic.clone(),
     };
     let sink = Arc::new(Sink::new(&kafka::producer(k), codec.clone(), topics)?);
-    let (consumer, events, partitions) = commands_consumer(&args, &store, &metrics)?;
+    let Some((consumer, events, partitions)) =
+        commands_consumer(&args, &store, &metrics, &token).await?
+    else {
+        return Ok(());
+    };
     if let Some(apps) = &args.applications {
         crate::apps::reload_on_sighup(apps.clone(), token.clone());
     }
@@ -154,31 +158,56 @@ pub async fn run(
     Ok(())
 }
 
-/// The commands consumer with its rebalance events, and the topic's partition count.
-fn commands_consumer(
+/// The commands consumer with its rebalance events, and the topic's partition count,
+/// once the broker answers; `None` on shutdown.
+async fn commands_consumer(
     args: &RunArgs,
     store: &Store,
     metrics: &Arc<Metrics>,
-) -> anyhow::Result<(Arc<StreamConsumer<IntakeContext>>, Events, i32)> {
+    token: &CancellationToken,
+) -> anyhow::Result<Option<(Arc<StreamConsumer<IntakeContext>>, Events, i32)>> {
     let k = &args.kafka;
     let (ctx, events) = ownership::context(store.clone(), &k.commands_topic, metrics.clone());
     let consumer: StreamConsumer<IntakeContext> = kafka::commands_consumer(args)
         .create_with_context(ctx)
         .context("creating the consumer")?;
-    let partitions = topics::partition_count(&consumer, &k.commands_topic)?;
+    let consumer = Arc::new(consumer);
+    let Some(partitions) = broker_metadata(&consumer, &k.commands_topic, token).await else {
+        return Ok(None);
+    };
     anyhow::ensure!(
         partitions > 0,
         "the commands topic {:?} does not exist; create it with `ktimer topics apply`",
         k.commands_topic
     );
-    let state = topics::partition_count(&consumer, &k.state_topic)?;
+    let state = topics::partition_count(&*consumer, &k.state_topic)?;
     anyhow::ensure!(
         state == partitions,
         "the state topic {:?} has {state} partitions, the commands topic {partitions}: they must \
          match (a missing one is created by `ktimer topics apply`)",
         k.state_topic
     );
-    Ok((Arc::new(consumer), events, partitions))
+    Ok(Some((consumer, events, partitions)))
+}
+
+/// The partition count of `topic`, retrying (with a log line every few seconds) while the
+/// broker cannot be reached: an instance may start before its broker (compose,
+/// Kubernetes). `None` on shutdown.
+async fn broker_metadata(
+    consumer: &Arc<StreamConsumer<IntakeContext>>,
+    topic: &str,
+    token: &CancellationToken,
+) -> Option<i32> {
+    Retry::new("broker metadata (is the broker up?)", token)
+        .forever(|| {
+            let (c, t) = (consumer.clone(), topic.to_string());
+            async move {
+                tokio::task::spawn_blocking(move || topics::partition_count(&*c, &t))
+                    .await
+                    .expect("metadata fetch")
+            }
+        })
+        .await
 }
 
 /// Binds the admin port and publishes its address.

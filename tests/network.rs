@@ -77,3 +77,34 @@ async fn an_instance_cut_from_redis_gives_its_partitions_up_and_rejoins() {
     a.stop().await;
     b.stop().await;
 }
+
+/// An instance started while its broker does not answer yet (compose, Kubernetes start
+/// everything at once) waits for it and says so in its log, instead of exiting at its
+/// first metadata fetch (it did, after 10 s). It is not ready meanwhile (its admin port
+/// opens once Redis and the broker answered); once the broker answers it joins the group
+/// and fires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_started_before_its_broker_answers_waits_for_it() {
+    let w = World::start("latebroker", false);
+    let env = TestEnv::on(&w.servers(), "latebroker", 1, &[]).await;
+    let mut got = env.collect();
+    w.broker.freeze();
+    let log = w.dir.join("a.log");
+    let mut a = common::child::ChildProcess::spawn(&env, &[], &log);
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    eventually(MIN, "a log line about the broker", || {
+        assert!(a.alive(), "ktimer exited: {}", said());
+        let text = said();
+        (!text.contains("broker metadata")).then(|| text.lines().last().unwrap_or("").to_string())
+    })
+    .await;
+    assert!(
+        !matches!(a.get("/readyz"), Some((200, _))),
+        "ready before the broker answered"
+    );
+    w.broker.thaw();
+    a.ready(MIN).await;
+    env.send(&common::once_at("after", now_ms() + 1_000, "x"), None)
+        .await;
+    got.fires_until("after", MIN).await;
+}
