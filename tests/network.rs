@@ -108,3 +108,49 @@ async fn an_instance_started_before_its_broker_answers_waits_for_it() {
         .await;
     got.fires_until("after", MIN).await;
 }
+
+/// The broker stops answering for 5 s (less than the session timeout: the group holds)
+/// while 20 fires come due; each delivery attempt times out (`message.timeout.ms` 1 s, at
+/// most 2 attempts, 0.5 s apart: the default 10 attempts over a minute, scaled down). An
+/// outage says nothing about the records: every fire reaches its callback topic once the
+/// broker answers again, none goes to the dead-letter topic (they did, after 2 attempts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_outage_sends_no_fire_to_the_dead_letter_topic() {
+    let w = World::start("outage", false);
+    let flags = [
+        "--max-delivery-attempts",
+        "2",
+        "--retry-max-ms",
+        "500",
+        "--kafka-option",
+        "message.timeout.ms=1000",
+    ];
+    let env = TestEnv::on(&w.servers(), "outage", 1, &flags).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let t0 = now_ms();
+    let expected = spread("o", 20, t0 + 4_000, 2_000);
+    load(&env, &mut got, &expected).await;
+    sleep_until(t0 + 3_000).await;
+    w.broker.freeze();
+    sleep_until(t0 + 8_000).await;
+    w.broker.thaw();
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(1)).await;
+    check(
+        "the broker silent for 5 s",
+        &expected,
+        &fires,
+        // The first fire was due 1 s into the silence; the backoff is capped at 0.5 s.
+        &Bounds {
+            duplicates: expected.len(),
+            lateness_ms: 4_000 + 10_000,
+        },
+    );
+    let admin = svc.status.borrow().admin_addr.unwrap().to_string();
+    let (_, metrics) = common::world::http_get(&admin, "/metrics").expect("metrics");
+    let dead = metrics
+        .lines()
+        .find(|l| l.starts_with("ktimer_fires_total{outcome=\"dead_lettered\"}"));
+    assert!(dead.is_none_or(|l| l.ends_with(" 0")), "{dead:?}");
+    svc.stop().await;
+}

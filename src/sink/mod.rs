@@ -58,6 +58,42 @@ impl SinkError {
         )
     }
 
+    /// What kind of failure this is, for the delivery policy of a fire.
+    pub fn failure(&self) -> Failure {
+        use RDKafkaErrorCode as C;
+        if !self.is_retryable() {
+            return Failure::Refused;
+        }
+        if matches!(self, SinkError::Canceled) {
+            return Failure::Outage;
+        }
+        match self.code() {
+            Some(
+                C::MessageTimedOut
+                | C::AllBrokersDown
+                | C::BrokerTransportFailure
+                | C::Resolve
+                | C::OperationTimedOut
+                | C::TimedOutQueue
+                | C::QueueFull
+                | C::RequestTimedOut
+                | C::NetworkException
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+                | C::BrokerNotAvailable
+                | C::ReplicaNotAvailable
+                | C::NotEnoughReplicas
+                | C::NotEnoughReplicasAfterAppend
+                | C::KafkaStorageError
+                | C::FencedLeaderEpoch
+                | C::UnknownLeaderEpoch
+                | C::ProducerFenced
+                | C::InvalidProducerEpoch,
+            ) => Failure::Outage,
+            _ => Failure::Transient,
+        }
+    }
+
     /// Whether the broker fenced the producer itself (every later record fails too).
     fn producer_fenced(&self) -> bool {
         use RDKafkaErrorCode as C;
@@ -90,6 +126,18 @@ impl Retryable for SinkError {
             SinkError::Canceled => true,
         }
     }
+}
+
+/// How a delivery failed, which decides whether a fire may end on the dead-letter topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The broker or the path to it is down, slow or moving leaders: it says nothing about
+    /// the record, so the fire waits for the broker however long that takes.
+    Outage,
+    /// Some other retryable error: the fire gets its delivery attempts.
+    Transient,
+    /// The broker will never take this record (too large, no such topic, not allowed).
+    Refused,
 }
 
 /// Topic names the sink writes to.

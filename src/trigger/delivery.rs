@@ -4,8 +4,8 @@
 use super::ready::Pending;
 use super::task::Trigger;
 use crate::pace::Rate;
-use crate::retry::{worth_logging, Backoff, Retryable};
-use crate::sink::{delivered, SinkError, Stamp};
+use crate::retry::{worth_logging, Backoff};
+use crate::sink::{delivered, Failure, SinkError, Stamp};
 use crate::store::StoreError;
 use futures::FutureExt;
 
@@ -21,17 +21,24 @@ pub(super) enum Next {
     DeadLetter,
 }
 
-/// After attempt `attempt` failed: a fire on its way to its callback topic gets
-/// `max_attempts`, unless the error is one the broker will never accept; a fire already
-/// on its way to the dead-letter topic is retried until that topic takes it (never dropped).
+/// After attempt `attempt` failed with `failure`: a fire the broker refused goes to the
+/// dead-letter topic at once; one that met another error gets `max_attempts`; one that met
+/// an outage (broker unreachable, no leader, timeouts) waits for the broker for ever, as
+/// an outage says nothing about the record. A fire already on its way to the dead-letter
+/// topic is retried until that topic takes it (never dropped).
 pub(super) fn next(
     attempt: i32,
     dead: bool,
-    retryable: bool,
+    failure: Failure,
     max_attempts: i32,
     b: Backoff,
 ) -> Next {
-    if !dead && (!retryable || attempt >= max_attempts) {
+    let give_up = match failure {
+        Failure::Refused => true,
+        Failure::Transient => attempt >= max_attempts,
+        Failure::Outage => false,
+    };
+    if !dead && give_up {
         return Next::DeadLetter;
     }
     Next::Retry(b.delay(attempt.max(1) as u32))
@@ -133,12 +140,12 @@ impl Trigger {
         self.m.kafka_errors.inc();
         let p = self.partition;
         let now = self.clock.now_ms();
-        let retryable = e.is_retryable();
+        let failure = e.failure();
         let (max_attempts, b) = self.delivery_policy(&pending.fire.def.application);
         match next(
             pending.attempt,
             pending.dead.is_some(),
-            retryable,
+            failure,
             max_attempts,
             b,
         ) {
@@ -157,7 +164,7 @@ impl Trigger {
                 self.m.retried.inc();
                 if worth_logging(pending.attempt as u32) {
                     tracing::warn!(partition = p, error = %e, attempt = pending.attempt,
-                        retryable, dead_letter = pending.dead.is_some(),
+                        ?failure, dead_letter = pending.dead.is_some(),
                         "fire delivery failed; will retry");
                 }
                 pending.attempt += 1;
@@ -227,16 +234,15 @@ mod tests {
             Next::Retry(d) => d.as_millis(),
             Next::DeadLetter => 0,
         };
-        assert_eq!(ms(next(1, false, true, 10, b)), 100);
-        assert_eq!(ms(next(4, false, true, 10, b)), 800);
-        assert_eq!(next(10, false, true, 10, b), Next::DeadLetter);
-        assert_eq!(
-            next(1, false, false, 10, b),
-            Next::DeadLetter,
-            "never accepted"
-        );
+        let (t, o, r) = (Failure::Transient, Failure::Outage, Failure::Refused);
+        assert_eq!(ms(next(1, false, t, 10, b)), 100);
+        assert_eq!(ms(next(4, false, t, 10, b)), 800);
+        assert_eq!(next(10, false, t, 10, b), Next::DeadLetter);
+        assert_eq!(next(1, false, r, 10, b), Next::DeadLetter, "never accepted");
+        // An outage says nothing about the record: it waits, capped delay.
+        assert_eq!(ms(next(1000, false, o, 10, b)), 30_000);
         // On its way to the dead-letter topic: retried whatever the error, capped delay.
-        assert_eq!(ms(next(30, true, false, 10, b)), 30_000);
+        assert_eq!(ms(next(30, true, r, 10, b)), 30_000);
     }
 
     #[test]
