@@ -133,3 +133,68 @@ async fn an_outage_longer_than_the_message_timeout_goes_through_ktimers_retry() 
     assert!(retried > 0, "no fire went through ktimer's retry");
     svc.stop().await;
 }
+
+/// 9. The callback topic loses its leader for 5 s while 100 fires come due: metadata
+/// says LEADER_NOT_AVAILABLE for it and every produce is answered NOT_LEADER_FOR_PARTITION
+/// (the mock cluster cannot unset a leader: its Fetch handler crashes on one), so each
+/// delivery times out (`message.timeout.ms` 1 s, at most 2 attempts 0.2 s apart). A
+/// partition without a leader says nothing about the records: every fire reaches the
+/// callback topic once a leader is back, none goes to the dead-letter topic. (This held
+/// before outages were told apart from refusals too: librdkafka held the fires while the
+/// leader was unknown; the state topic's checkpoints timed out.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callback_partition_without_a_leader_sends_no_fire_to_the_dead_letter_topic() {
+    let name = common::unique("mocklead");
+    let mock = cluster(&name);
+    let flags = [
+        "--kafka-option",
+        "message.timeout.ms=1000",
+        "--retry-base-ms",
+        "200",
+        "--retry-max-ms",
+        "200",
+        "--max-delivery-attempts",
+        "2",
+    ];
+    let env = env_on(&mock, &name, &flags).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let first_due = now_ms() + 5_000;
+    let expected = spread("l", 100, first_due, 2_000);
+    env.send_many(&commands(&expected)).await;
+    let rs = got.results(expected.len(), MIN).await;
+    assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted));
+    let before = (first_due - 300 - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(before)).await;
+    let fired = format!("{name}.fired");
+    mock.topic_error(
+        &fired,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+    )
+    .expect("topic error");
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 100_000],
+    );
+    tokio::time::sleep(Duration::from_millis(5_000)).await;
+    mock.clear_request_errors(RDKafkaApiKey::Produce);
+    mock.topic_error(&fired, RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR)
+        .expect("topic error");
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
+    check(
+        "9 callback partitions without a leader for 5 s",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: expected.len(),
+            lateness_ms: 5_000 + 10_000,
+        },
+    );
+    let dead = svc.metric("ktimer_fires_total{outcome=\"dead_lettered\"}");
+    assert_eq!(
+        dead.unwrap_or(0.0),
+        0.0,
+        "fires sent to the dead-letter topic"
+    );
+    svc.stop().await;
+}

@@ -228,12 +228,7 @@ async fn fires_whose_timer_records_vanished_are_counted() {
         .await;
     let fires = got.fires_until("sentinel", MIN).await;
     assert_eq!(fires.len(), 1, "fired without a record: {fires:?}");
-    let admin = svc.status.borrow().admin_addr.unwrap().to_string();
-    let (_, text) = common::world::http_get(&admin, "/metrics").expect("metrics");
-    let vanished = text
-        .lines()
-        .find(|l| l.starts_with("ktimer_fires_total{outcome=\"vanished\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    let vanished = svc.metric("ktimer_fires_total{outcome=\"vanished\"}");
     assert_eq!(vanished, Some(20.0), "lost fires not counted");
     svc.stop().await;
 }

@@ -55,12 +55,7 @@ impl ChildProcess {
     /// The value of a metric (summed over its labels) from `/metrics`.
     pub fn metric(&self, name: &str) -> Option<f64> {
         let (_, body) = self.get("/metrics")?;
-        let vals: Vec<f64> = body
-            .lines()
-            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-            .collect();
-        (!vals.is_empty()).then(|| vals.iter().sum())
+        super::world::metric_in(&body, name)
     }
 
     /// The partitions the instance owns now (`/status`), if it answers.

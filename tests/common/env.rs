@@ -39,6 +39,14 @@ impl InProcess {
         self.token.cancel();
         self.join.await.expect("join").expect("service result");
     }
+
+    /// The value of a metric from the instance's `/metrics` (see
+    /// [`super::world::metric_in`]); `None` if absent.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let admin = self.status.borrow().admin_addr?.to_string();
+        let (_, body) = super::world::http_get(&admin, "/metrics")?;
+        super::world::metric_in(&body, name)
+    }
 }
 
 impl TestEnv {

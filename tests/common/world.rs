@@ -39,6 +39,17 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     Some((code, body))
 }
 
+/// The value of metric `name` (a name, or a name and its labels: `x{outcome="y"}`)
+/// in the Prometheus text `body`, summed over the series it starts; `None` if absent.
+pub fn metric_in(body: &str, name: &str) -> Option<f64> {
+    let vals: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!vals.is_empty()).then(|| vals.iter().sum())
+}
+
 /// A redis-server of one scenario, optionally with an append-only file.
 pub struct Redis {
     pub port: u16,
