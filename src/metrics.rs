@@ -92,6 +92,8 @@ pub struct Metrics {
     /// Seconds since Redis last answered this instance's probe (0 while it answers); past
     /// `--redis-cut-ms` the instance gives its partitions up.
     pub redis_unreachable: prometheus::Gauge,
+    /// Redis's clock minus this host's wall clock, seconds (fires follow Redis's).
+    pub clock_offset: prometheus::Gauge,
 }
 
 impl Metrics {
@@ -229,9 +231,15 @@ impl Metrics {
             "Seconds since Redis last answered this instance's probe; past --redis-cut-ms its partitions are given up",
         )
         .expect("metric");
+        let clock_offset = prometheus::Gauge::new(
+            "clock_offset_seconds",
+            "Redis's clock minus this host's wall clock; fires are due by Redis's clock",
+        )
+        .expect("metric");
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(redis_unreachable.clone()),
+            Box::new(clock_offset.clone()),
             Box::new(intake_stalled.clone()),
             Box::new(redis_may_evict.clone()),
             Box::new(redis_evicted_keys.clone()),
@@ -281,6 +289,7 @@ impl Metrics {
             redis_evicted_keys,
             intake_stalled,
             redis_unreachable,
+            clock_offset,
         }
     }
 

@@ -35,7 +35,7 @@ pub const PROMOTE_AHEAD_MS: i64 = 120_000;
 const PROMOTE_BUDGET: usize = 1_000;
 
 /// Migrator tuning.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct MigratorConfig {
     /// Window, cap per pass, misfire threshold.
     pub plan: PlanConfig,

@@ -5,7 +5,7 @@ use crate::admin::access::Access;
 use crate::admin::commands::Commands;
 use crate::admin::{self, AdminState};
 use crate::catalog::{self, Catalog};
-use crate::clock::Clock;
+use crate::clock::{Clock, Reference};
 use crate::codec::Codec;
 use crate::config::RunArgs;
 use crate::intake::Intake;
@@ -91,13 +91,17 @@ pub async fn run(
         retune,
         token.clone(),
     );
+    let reference = Reference::new(args.clock_skew_ms);
+    let clock = Clock::Reference(reference.clone());
     let cut = ownership::cut::spawn(
         store.clone(),
+        reference,
         Duration::from_millis(args.redis_cut_ms),
         metrics.clone(),
         status.clone(),
         token.clone(),
-    );
+    )
+    .await;
     let waits = Arc::new(crate::intake::watch::Waits::default());
     crate::intake::watch::spawn(
         waits.clone(),
@@ -112,17 +116,18 @@ pub async fn run(
         metrics: metrics.clone(),
         trigger: TriggerConfig {
             partitions,
+            clock: clock.clone(),
             ..(&args).into()
         },
         migrator: MigratorConfig {
             plan: (&args).into(),
-            clock: Clock::System,
+            clock: clock.clone(),
         },
         checkpoint: CheckpointConfig {
             interval: Duration::from_millis(args.checkpoint_interval_ms),
             page: crate::state::checkpoint::PAGE,
             in_flight: 1_000,
-            clock: Clock::System,
+            clock: clock.clone(),
         },
         state: (
             k.state_topic.clone(),
@@ -144,7 +149,7 @@ pub async fn run(
         limits: (&args).into(),
         batch: args.intake_batch,
         token: token.clone(),
-        clock: Clock::System,
+        clock,
         routing: (k.partitioner, args.misrouted),
         partition_count: partitions,
         intake_pacer: Default::default(),

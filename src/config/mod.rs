@@ -140,6 +140,16 @@ pub struct RunArgs {
     #[arg(long, env = "KTIMER_REDIS_CUT_MS", default_value_t = 5_000,
         value_parser = clap::value_parser!(u64).range(1_000..=3_600_000))]
     pub redis_cut_ms: u64,
+    /// Shifts this host's wall clock as ktimer reads it, in milliseconds (negative: behind):
+    /// a fault to test that fires follow Redis's clock, not the host's.
+    #[arg(
+        long,
+        env = "KTIMER_CLOCK_SKEW_MS",
+        default_value_t = 0,
+        hide = true,
+        allow_hyphen_values = true
+    )]
+    pub clock_skew_ms: i64,
     /// Consumer group of the ktimer instances.
     #[arg(long, env = "KTIMER_GROUP_ID", default_value = "ktimer")]
     pub group_id: String,

@@ -12,7 +12,11 @@
 //!
 //! Any answer counts, an error reply too (`LOADING`, `OOM`...): Redis is reachable, and
 //! every instance would meet the same error, so moving the partitions would not help.
+//!
+//! The probe asks for Redis's `TIME`, which anchors the service's reference clock
+//! ([`crate::clock::Reference`]): fires are due by Redis's clock, whatever this host's.
 
+use crate::clock::Reference;
 use crate::metrics::Metrics;
 use crate::shutdown::CancellationToken;
 use crate::status::StatusTx;
@@ -23,8 +27,8 @@ use tokio::sync::watch;
 
 /// How often the probe pings Redis.
 pub const PROBE_EVERY: Duration = Duration::from_millis(500);
-/// How long one ping may take before it counts as unanswered.
-const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one probe may take before it counts as unanswered.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Answered pings in a row after which a cut counts as healed.
 pub const HEALED_AFTER: u32 = 2;
 
@@ -128,10 +132,24 @@ impl Cut {
     }
 }
 
-/// Starts the probe of `store`, giving up after `bound` without an answer; it stops with
-/// `token`.
-pub fn spawn(
+/// Reads Redis's clock once into `clock`: whether Redis answered.
+async fn probe(store: &Store, clock: &Reference, metrics: &Metrics) -> bool {
+    match tokio::time::timeout(PROBE_TIMEOUT, store.time()).await {
+        Ok(Ok(Some(redis_us))) => {
+            clock.anchor(redis_us, Instant::now());
+            metrics.clock_offset.set(clock.offset_us() as f64 / 1e6);
+            true
+        }
+        Ok(Ok(None)) => true,
+        _ => false,
+    }
+}
+
+/// Starts the probe of `store` once it read Redis's clock (or failed to, once), giving
+/// up after `bound` without an answer; it stops with `token`.
+pub async fn spawn(
     store: Store,
+    clock: Arc<Reference>,
     bound: Duration,
     metrics: Arc<Metrics>,
     status: StatusTx,
@@ -142,7 +160,13 @@ pub fn spawn(
         apply: Mutex::new(token.child_token()),
         shutdown: token.clone(),
     });
-    let probe = cut.clone();
+    let probe_cut = cut.clone();
+    if probe(&store, &clock, &metrics).await {
+        let offset_ms = clock.offset_us() / 1000;
+        if offset_ms.abs() >= 1_000 {
+            tracing::warn!(offset_ms, "this host's clock differs from Redis's: fires follow Redis's clock; fix the host's time (NTP)");
+        }
+    }
     tokio::spawn(async move {
         let mut rule = Rule::new(bound, Instant::now());
         let mut tick = tokio::time::interval(PROBE_EVERY);
@@ -152,16 +176,14 @@ pub fn spawn(
                 _ = token.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let answered = tokio::time::timeout(PING_TIMEOUT, store.reachable())
-                .await
-                .unwrap_or(false);
+            let answered = probe(&store, &clock, &metrics).await;
             let now = Instant::now();
             let change = rule.observe(now, answered);
             let silent = rule.silent(now);
             metrics.redis_unreachable.set(silent.as_secs_f64());
             if let Some(c) = change {
                 report(c, silent, bound);
-                probe.change(c);
+                probe_cut.change(c);
                 status.send_modify(|s| {
                     s.redis_cut = (c == Change::GiveUp).then(|| {
                         format!("Redis has not answered for {} ms: the partitions were given up to the group", silent.as_millis())

@@ -176,7 +176,7 @@ impl Partitions {
         }
         let tail = self.tails.remove(&p);
         let t = &self.tasks;
-        let clock = t.trigger.clock;
+        let clock = t.trigger.clock.clone();
         let retry = |what| {
             Retry::new(what, &t.token)
                 .partition(p)

@@ -85,7 +85,7 @@ impl Tasks {
             p,
             epoch,
             self.store.clone(),
-            self.migrator,
+            self.migrator.clone(),
             on_due,
             &self.metrics,
             self.token.child_token(),
@@ -99,7 +99,7 @@ impl Tasks {
             held,
             self.store.clone(),
             self.sink.clone(),
-            self.checkpoint,
+            self.checkpoint.clone(),
             &self.metrics,
             self.token.child_token(),
         );

@@ -29,7 +29,7 @@ use std::time::Duration;
 pub const PAGE: usize = 500;
 
 /// Checkpoint tuning.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct CheckpointConfig {
     /// How often a checkpoint is taken (fires acknowledged within one interval before a
     /// Redis loss fire again).

@@ -234,20 +234,23 @@ impl ConnectionLike for Conn {
 }
 
 impl super::Store {
-    /// Whether Redis answers a PING on the shared connection. An error reply counts as an
-    /// answer (Redis is reachable: loading, full...); a connection error or a timeout does
-    /// not.
-    pub async fn reachable(&self) -> bool {
-        let reply: RedisResult<Value> =
-            redis::cmd("PING").query_async(&mut self.conn.clone()).await;
+    /// Reads Redis's clock (`TIME`) on the shared connection: `Ok(Some(µs))`, or
+    /// `Ok(None)` for an error reply (Redis is reachable: loading, full...); `Err` for a
+    /// connection error or a timeout.
+    pub async fn time(&self) -> RedisResult<Option<i64>> {
+        let reply: RedisResult<(i64, i64)> =
+            redis::cmd("TIME").query_async(&mut self.conn.clone()).await;
         match reply {
-            Ok(_) => true,
-            Err(e) => {
-                !(e.is_io_error()
+            Ok((s, us)) => Ok(Some(s * 1_000_000 + us)),
+            Err(e)
+                if e.is_io_error()
                     || e.is_timeout()
                     || e.is_connection_dropped()
-                    || e.is_connection_refusal())
+                    || e.is_connection_refusal() =>
+            {
+                Err(e)
             }
+            Err(_) => Ok(None),
         }
     }
 }

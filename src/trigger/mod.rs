@@ -129,7 +129,7 @@ pub fn spawn(
     cfg: TriggerConfig,
     token: CancellationToken,
 ) -> TriggerHandle {
-    let on_own_thread = matches!(cfg.clock, Clock::System);
+    let on_own_thread = !matches!(cfg.clock, Clock::Tokio { .. });
     let t = task::Trigger::new(partition, epoch, store, sink, metrics, cfg, token.clone());
     let (wake, gate) = (t.wake.clone(), t.gate.clone());
     let task = if on_own_thread {

@@ -110,7 +110,7 @@ impl Trigger {
         Trigger {
             m: Handles::new(metrics, partition),
             lease: Lease::new(cfg.lease),
-            clock: cfg.clock,
+            clock: cfg.clock.clone(),
             partition,
             epoch,
             store,
@@ -235,7 +235,7 @@ impl Trigger {
             self.cfg.max_idle_ms,
             idle && !self.acks.is_empty(),
         );
-        let clock = self.clock;
+        let clock = self.clock.clone();
         tokio::select! {
             _ = self.token.cancelled() => {}
             _ = clock.sleep_until(until) => {}

@@ -75,7 +75,7 @@ mod tests {
     use std::time::Duration;
 
     /// Sleeps like the trigger does: until the planned claim, or until woken.
-    async fn sleep(wake: &Wake, clock: Clock) -> &'static str {
+    async fn sleep(wake: &Wake, clock: &Clock) -> &'static str {
         tokio::select! {
             _ = clock.sleep_until(wake.claim_at()) => "slept",
             _ = wake.notified() => "woken",
@@ -89,7 +89,7 @@ mod tests {
         assert!(wake.take_if_due(0), "a new trigger claims at once");
         wake.plan(10_000);
         let w = wake.clone();
-        let sleeper = tokio::spawn(async move { (sleep(&w, clock).await, clock.now_ms()) });
+        let sleeper = tokio::spawn(async move { (sleep(&w, &clock).await, clock.now_ms()) });
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         wake.due(50_000); // later than planned: no wake-up, and the plan stays
         assert_eq!(wake.claim_at(), 10_000);
@@ -105,7 +105,7 @@ mod tests {
         let wake = Wake::new(100);
         wake.take_if_due(0);
         wake.plan(3_000);
-        assert_eq!(sleep(&wake, clock).await, "slept");
+        assert_eq!(sleep(&wake, &clock).await, "slept");
         assert_eq!(clock.now_ms(), 3_000);
         assert!(!wake.take_if_due(2_999));
         assert!(wake.take_if_due(3_000));
