@@ -33,40 +33,62 @@ impl Rate {
 }
 
 /// The next-event times of some keys (applications).
+///
+/// Invariant: a key's time never goes back. An event stamped before the latest one seen
+/// of its key counts as at that latest time: records of one partition come in offset
+/// order, and a producer whose clock is behind another's must not make its commands look
+/// like a burst from the past (nor hold an event for the length of a clock step).
 #[derive(Debug, Default)]
 pub struct Pacer {
-    tat_us: HashMap<String, f64>,
+    keys: HashMap<String, Key>,
+}
+
+/// One key's theoretical arrival time of its next event, and the latest time seen (µs).
+#[derive(Debug, Clone, Copy)]
+struct Key {
+    tat: f64,
+    seen: f64,
 }
 
 impl Pacer {
     /// When (µs) an event of `key` that is ready at `now_us` may happen under `rate`; the
-    /// slot is booked. Never before `now_us`.
+    /// slot is booked. Never before `now_us`; after a clock stepped back, the wait is the
+    /// one the key's own timeline gives, not the step.
     pub fn slot(&mut self, key: &str, now_us: i64, rate: Rate) -> i64 {
-        let now = now_us as f64;
         let t = rate.interval_us();
-        let tat = self.tat(key, now);
-        let at = now.max(*tat - t * (rate.burst - 1.0));
-        *tat = tat.max(now) + t;
-        at.ceil() as i64
+        let (k, now) = self.key(key, now_us);
+        let at = now.max(k.tat - t * (rate.burst - 1.0));
+        k.tat = k.tat.max(now) + t;
+        now_us + (at - now).ceil() as i64
     }
 
     /// Whether an event of `key` may happen at `now_us` under `rate`; books it if so.
     pub fn admit(&mut self, key: &str, now_us: i64, rate: Rate) -> bool {
-        let now = now_us as f64;
         let t = rate.interval_us();
-        let tat = self.tat(key, now);
-        if now < *tat - t * (rate.burst - 1.0) {
+        let (k, now) = self.key(key, now_us);
+        if now < k.tat - t * (rate.burst - 1.0) {
             return false;
         }
-        *tat = tat.max(now) + t;
+        k.tat = k.tat.max(now) + t;
         true
     }
 
-    fn tat(&mut self, key: &str, now: f64) -> &mut f64 {
-        if !self.tat_us.contains_key(key) {
-            self.tat_us.insert(key.to_string(), now);
+    /// The state of `key` and its time for an event at `now_us` (never before the latest).
+    fn key(&mut self, key: &str, now_us: i64) -> (&mut Key, f64) {
+        let now = now_us as f64;
+        if !self.keys.contains_key(key) {
+            self.keys.insert(
+                key.to_string(),
+                Key {
+                    tat: now,
+                    seen: now,
+                },
+            );
         }
-        self.tat_us.get_mut(key).expect("inserted")
+        let k = self.keys.get_mut(key).expect("inserted");
+        k.seen = k.seen.max(now);
+        let now = k.seen;
+        (k, now)
     }
 }
 
@@ -101,5 +123,23 @@ mod tests {
         let more = (0..1_000).filter(|_| p.admit("a", 500_000, r)).count();
         assert_eq!(more, 500);
         assert!(p.admit("b", 0, r));
+    }
+
+    #[test]
+    fn an_event_stamped_in_the_past_counts_as_now() {
+        // 100/s, bursts of 100: ten commands, then ten from a producer 5 s behind.
+        let mut p = Pacer::default();
+        let r = Rate::share(100.0, 1, 1.0);
+        let now = 1_000_000_000;
+        assert!((0..10).all(|_| p.admit("a", now, r)));
+        assert!(
+            (0..10).all(|_| p.admit("a", now - 5_000_000, r)),
+            "skewed producer"
+        );
+        // A slot asked for with a clock stepped back is not held for the step.
+        let mut p = Pacer::default();
+        let r = Rate::share(100.0, 1, 0.0); // no burst: one each 10 ms
+        assert_eq!(p.slot("a", now, r), now);
+        assert_eq!(p.slot("a", now - 5_000_000, r), now - 5_000_000 + 10_000);
     }
 }

@@ -129,6 +129,41 @@ async fn commands_over_the_intake_limit_are_rejected_with_the_limit() {
     svc.stop().await;
 }
 
+/// An application limited to 100 commands/s sends 10 commands, then 10 more from a
+/// producer whose clock is 5 s behind: 20 in a second, all accepted (the skewed ones
+/// were rejected as a burst from the past).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_whose_clock_is_behind_is_not_rate_limited_for_it() {
+    let file = apps_file(
+        "skewed",
+        "[applications.skewed]\ncommands_per_second = 100\n",
+    );
+    let env = TestEnv::new("skewed", 1, &["--applications", &file]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let at = now_ms() + 600_000;
+    let batch = |from: usize| -> Vec<TimerCommand> {
+        (from..from + 10)
+            .map(|i| of("skewed", once_at(&format!("s-{i}"), at, "")))
+            .collect()
+    };
+    env.send_many(&batch(0)).await;
+    got.results(10, MIN).await;
+    env.send_many_at(&batch(10), Some(now_ms() - 5_000)).await;
+    let results = got.results(10, MIN).await;
+    let rejected: Vec<_> = results
+        .iter()
+        .filter(|r| r.outcome != Outcome::Accepted)
+        .map(|r| r.reason.clone())
+        .collect();
+    assert!(
+        rejected.is_empty(),
+        "{} rejected: {rejected:?}",
+        rejected.len()
+    );
+    svc.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_applications_file_is_read_again_on_sighup() {
     let file = apps_file("hup", "[applications.x]\ncallbacks = [\"nowhere.*\"]\n");

@@ -258,6 +258,12 @@ impl TestEnv {
 
     /// Produces many commands concurrently (each keyed by its timer id).
     pub async fn send_many(&self, cmds: &[TimerCommand]) {
+        self.send_many_at(cmds, None).await
+    }
+
+    /// Like [`TestEnv::send_many`], the records stamped `timestamp_ms` (a producer's
+    /// clock) when given.
+    pub async fn send_many_at(&self, cmds: &[TimerCommand], timestamp_ms: Option<i64>) {
         let codec = ktimer::codec::Codec::new(None).unwrap();
         let topic = &self.args.kafka.commands_topic;
         let mut encoded = Vec::with_capacity(cmds.len());
@@ -265,9 +271,12 @@ impl TestEnv {
             encoded.push(codec.encode_command(c, topic).await.unwrap());
         }
         let sends = cmds.iter().zip(&encoded).map(|(c, bytes)| {
-            let rec = FutureRecord::<str, [u8]>::to(topic)
+            let mut rec = FutureRecord::<str, [u8]>::to(topic)
                 .key(&c.timer_id)
                 .payload(bytes);
+            if let Some(ts) = timestamp_ms {
+                rec = rec.timestamp(ts);
+            }
             self.producer.send(rec, Duration::from_secs(30))
         });
         for r in futures::future::join_all(sends).await {
