@@ -165,3 +165,44 @@ async fn a_broker_outage_sends_no_fire_to_the_dead_letter_topic() {
     );
     svc.stop().await;
 }
+
+/// Every Redis round trip of one instance takes 200 ms longer (the proxy holds each byte
+/// 100 ms each way) while 1,000 timers come due over 4 s: no Redis call fails (a claim
+/// that timed out would send the trigger into a rescan of its in-flight set), none is
+/// early or repeated, and fires go on time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_link_to_redis_fails_no_call_and_fires_on_time() {
+    let w = World::start("slowlink", false);
+    let env = TestEnv::on(&w.servers(), "slowlink", 4, &[]).await;
+    let mut got = env.collect();
+    let proxy = Proxy::start(w.redis.port).await;
+    proxy.slow_down(Duration::from_millis(200));
+    let mut via_proxy = env.args.clone();
+    via_proxy.redis_url = proxy.redis_url();
+    let svc = env.start_with(via_proxy).await;
+    let expected = spread("s", 1_000, now_ms() + 10_000, 4_000);
+    load(&env, &mut got, &expected).await;
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(1)).await;
+    check(
+        "200 ms added to every Redis round trip",
+        &expected,
+        &fires,
+        // The trigger claims two round trips earlier: half the fires go within 1 ms of
+        // due, the slowest 0.15 s late (all 0.5 s late when it claimed 100 ms ahead
+        // whatever the link).
+        &Bounds {
+            duplicates: 0,
+            lateness_ms: 300,
+        },
+    );
+    let mut late: Vec<i64> = fires.iter().map(|f| f.fired_ms - f.due_ms).collect();
+    late.sort_unstable();
+    println!(
+        "lateness p50 {} p90 {} ms",
+        late[late.len() / 2],
+        late[late.len() * 9 / 10]
+    );
+    let errors = svc.metric("ktimer_redis_errors_total");
+    assert_eq!(errors.unwrap_or(0.0), 0.0, "failed Redis calls");
+    svc.stop().await;
+}

@@ -79,11 +79,11 @@ impl Trigger {
         })
     }
 
-    /// The claim of what is due within `claim_ahead_ms` of `now`.
+    /// The claim of what is due within the claim margin ([`super::wake::Wake::ahead`]).
     fn claim_call(&self, now: i64) -> Call {
         let c = &self.cfg;
         let window = ClaimWindow {
-            upto_ms: now + c.claim_ahead_ms,
+            upto_ms: now + self.wake.ahead(),
             limit: c.claim_batch,
             missed_before_ms: now - c.misfire_threshold_ms,
             now_ms: now,
@@ -103,6 +103,10 @@ impl Trigger {
 
     /// Takes the result of a finished call (the slot is empty again).
     pub(super) fn finish_call(&mut self, done: Done) -> Result<(), StoreError> {
+        let issued = match &done {
+            Done::Acked { issued, .. } | Done::Claimed { issued, .. } => *issued,
+        };
+        self.wake.took(issued.elapsed().as_millis() as i64);
         match done {
             Done::Acked {
                 mut members,
@@ -144,7 +148,7 @@ impl Trigger {
                 }
                 let c = &self.cfg;
                 let full = claimed.fires.len() >= c.claim_batch;
-                let next = next_claim(now_ms, c.claim_ahead_ms, claimed.next_due_ms, full);
+                let next = next_claim(now_ms, self.wake.ahead(), claimed.next_due_ms, full);
                 claimed.fires.into_iter().for_each(|f| self.push(f));
                 self.wake.plan(next);
             }

@@ -14,23 +14,45 @@ use tokio::sync::Notify;
 pub struct Wake {
     at: AtomicI64,
     notify: Notify,
-    ahead: i64,
+    /// The configured claim margin, ms.
+    base: i64,
+    /// The slowest recent round trip of the trigger's Redis calls, ms (decaying).
+    round_trip: AtomicI64,
 }
 
+/// The most a round trip counts for the claim margin, ms.
+const MAX_ROUND_TRIP_MS: i64 = 2_000;
+
 impl Wake {
-    /// A wake for a trigger that claims fires `ahead_ms` before they are due; it claims
-    /// at once when started.
+    /// A wake for a trigger that claims fires `ahead_ms` (plus the round trips, see
+    /// [`Wake::ahead`]) before they are due; it claims at once when started.
     pub fn new(ahead_ms: i64) -> Wake {
         Wake {
             at: AtomicI64::new(i64::MIN),
             notify: Notify::new(),
-            ahead: ahead_ms,
+            base: ahead_ms,
+            round_trip: AtomicI64::new(0),
         }
+    }
+
+    /// How long before a fire is due the trigger claims it, ms: the configured margin
+    /// plus two of the slowest recent Redis round trips (a claim may wait for the call
+    /// before it, then takes its own), so a slow link to Redis makes no fire late.
+    pub fn ahead(&self) -> i64 {
+        self.base + 2 * self.round_trip.load(Ordering::Relaxed)
+    }
+
+    /// A Redis call of the trigger took `ms`: it counts at once if slower than the
+    /// slowest recent one, which otherwise loses a tenth per call.
+    pub fn took(&self, ms: i64) {
+        let old = self.round_trip.load(Ordering::Relaxed);
+        let new = ms.clamp(0, MAX_ROUND_TRIP_MS).max(old - old / 10 - 1);
+        self.round_trip.store(new.max(0), Ordering::Relaxed);
     }
 
     /// A fire due at `due_ms` was stored: wake the trigger if it planned to claim later.
     pub fn due(&self, due_ms: i64) {
-        let t = due_ms.saturating_sub(self.ahead);
+        let t = due_ms.saturating_sub(self.ahead());
         if t < self.at.fetch_min(t, Ordering::SeqCst) {
             self.notify.notify_one();
         }
@@ -80,6 +102,20 @@ mod tests {
             _ = clock.sleep_until(wake.claim_at()) => "slept",
             _ = wake.notified() => "woken",
         }
+    }
+
+    #[test]
+    fn slow_round_trips_widen_the_claim_margin_until_they_pass() {
+        let w = Wake::new(100);
+        assert_eq!(w.ahead(), 100);
+        w.took(200);
+        assert_eq!(w.ahead(), 500);
+        w.took(1);
+        assert_eq!(w.ahead(), 100 + 2 * 179);
+        (0..100).for_each(|_| w.took(1));
+        assert!(w.ahead() <= 102, "{}", w.ahead());
+        w.took(60_000);
+        assert_eq!(w.ahead(), 100 + 2 * MAX_ROUND_TRIP_MS);
     }
 
     #[tokio::test(start_paused = true)]
