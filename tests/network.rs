@@ -176,7 +176,9 @@ async fn a_slow_link_to_redis_fails_no_call_and_fires_on_time() {
     let env = TestEnv::on(&w.servers(), "slowlink", 4, &[]).await;
     let mut got = env.collect();
     let proxy = Proxy::start(w.redis.port).await;
-    proxy.slow_down(Duration::from_millis(200));
+    // KTIMER_TEST_RTT_MS sets another added round trip.
+    let rtt: u64 = std::env::var("KTIMER_TEST_RTT_MS").map_or(200, |v| v.parse().unwrap());
+    proxy.slow_down(Duration::from_millis(rtt));
     let mut via_proxy = env.args.clone();
     via_proxy.redis_url = proxy.redis_url();
     let svc = env.start_with(via_proxy).await;

@@ -21,6 +21,10 @@ use std::time::Duration;
 
 /// How long a connection attempt to one node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one call may wait for its reply before it fails (and is retried). Well above
+/// any round trip a working link has (a cross-region link, a Redis busy forking): whether
+/// Redis is reachable at all is the probe's to say (`--redis-cut-ms`), not a call's.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retries of one request inside the cluster client (after a node failed, while a
 /// replica is promoted); ktimer's own retry helper retries beyond that.
 const CLUSTER_RETRIES: u32 = 4;
@@ -77,7 +81,12 @@ impl Client {
             Target::Cluster(seeds) => Ok(Client::Cluster(Box::new(cluster(&seeds)?))),
             Target::Single(url) => {
                 let client = redis::Client::open(url.as_str())?;
-                let mut c = client.get_multiplexed_async_connection().await?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
+                let mut c = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
                 // A server that refuses INFO (ACLs, renamed commands) is taken as a single one.
                 let info: String = redis::cmd("INFO")
                     .arg("cluster")
@@ -102,8 +111,9 @@ impl Client {
     pub async fn connect(&self) -> RedisResult<Conn> {
         Ok(match self {
             Client::Single(c) => {
-                let config =
-                    ConnectionManagerConfig::new().set_connection_timeout(Some(CONNECT_TIMEOUT));
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT));
                 Conn::Single(ConnectionManager::new_with_config(c.clone(), config).await?)
             }
             Client::Cluster(c) => Conn::Cluster(c.get_async_connection().await?),
@@ -132,6 +142,7 @@ impl Client {
 fn cluster(seeds: &[String]) -> RedisResult<ClusterClient> {
     ClusterClientBuilder::new(seeds.to_vec())
         .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(RESPONSE_TIMEOUT)
         .retries(CLUSTER_RETRIES)
         .min_retry_wait(50)
         .max_retry_wait(1_000)
