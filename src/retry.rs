@@ -94,7 +94,9 @@ impl Retry {
         self
     }
 
-    /// Calls `f` until it succeeds; errors for which `fatal` is true end the retrying.
+    /// Calls `f` until it succeeds; errors for which `fatal` is true end the retrying. A
+    /// call still running when the token is cancelled is dropped (a task stopped while
+    /// Redis or the broker does not answer must not wait for the call's timeout).
     pub async fn run<T, E, F, Fut>(
         &self,
         fatal: impl Fn(&E) -> bool,
@@ -107,7 +109,12 @@ impl Retry {
     {
         let mut attempts = self.attempts();
         loop {
-            match f().await {
+            let called = tokio::select! {
+                biased;
+                _ = self.token.cancelled() => return Err(Stopped::Shutdown),
+                r = f() => r,
+            };
+            match called {
                 Ok(v) => return Ok(v),
                 Err(e) if fatal(&e) => return Err(Stopped::Fatal(e)),
                 Err(e) if !attempts.failed(&e).await => return Err(Stopped::Shutdown),

@@ -53,11 +53,13 @@ impl Running {
         self.trigger.is_finished() || self.migrator.is_finished() || self.checkpoint.is_finished()
     }
 
-    /// Stops all three.
+    /// Stops all three, together.
     pub async fn stop(self) {
-        self.checkpoint.stop().await;
-        self.migrator.stop().await;
-        self.trigger.stop().await;
+        tokio::join!(
+            self.checkpoint.stop(),
+            self.migrator.stop(),
+            self.trigger.stop()
+        );
     }
 }
 

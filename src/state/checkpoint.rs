@@ -177,7 +177,14 @@ impl Checkpointer {
             }
             let mut attempts = retry.attempts();
             loop {
-                match self.take().await {
+                // Stopped mid-checkpoint: nothing is recorded, the next owner takes it.
+                let token = self.token.clone();
+                let taken = tokio::select! {
+                    biased;
+                    _ = token.cancelled() => return,
+                    r = self.take() => r,
+                };
+                match taken {
                     Ok(()) => break,
                     Err(e) if e.is_fenced() => {
                         tracing::info!(

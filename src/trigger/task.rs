@@ -142,7 +142,14 @@ impl Trigger {
         let retry = self.retry.clone();
         let mut attempts = retry.attempts();
         while !self.token.is_cancelled() {
-            match self.step().await {
+            // A step waiting on Redis is dropped when stopped: its fires stay in flight.
+            let token = self.token.clone();
+            let stepped = tokio::select! {
+                biased;
+                _ = token.cancelled() => break,
+                r = self.step() => r,
+            };
+            match stepped {
                 Ok(()) => {
                     attempts.succeeded();
                     self.wait().await;
@@ -254,13 +261,16 @@ impl Trigger {
 
     /// On shutdown: wait (bounded) for the running call and for records already handed
     /// to the producer, and acknowledge them; fires not yet sent stay in flight for the
-    /// next owner.
+    /// next owner. Redis gets [`DRAIN_REDIS`] per call: a trigger stopped because Redis
+    /// is cut off must not hold its partition for a call's whole timeout.
     async fn drain(&mut self) {
         let deadline = tokio::time::sleep(Duration::from_secs(5));
-        tokio::pin!(deadline);
+        let call_deadline = tokio::time::sleep(DRAIN_REDIS);
+        tokio::pin!(deadline, call_deadline);
         while !self.sending.is_empty() || self.call.is_some() {
             tokio::select! {
                 _ = &mut deadline => break,
+                _ = &mut call_deadline, if self.call.is_some() => self.call = None,
                 Some((p, r)) = self.sending.next(), if !self.sending.is_empty() => {
                     if r.is_ok() {
                         self.delivered(p, r);
@@ -270,11 +280,14 @@ impl Trigger {
             }
         }
         let last = match self.call_failed.take() {
-            Some(e) => Err(e),
-            None => self.final_ack().await,
+            Some(e) => Err(e.to_string()),
+            None => match tokio::time::timeout(DRAIN_REDIS, self.final_ack()).await {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no reply within {DRAIN_REDIS:?}")),
+            },
         };
-        if let Err(e) = last {
-            tracing::warn!(partition = self.partition, error = %e, "final acknowledgement failed; fires stay in flight");
+        if let Err(error) = last {
+            tracing::warn!(partition = self.partition, %error, "final acknowledgement failed; fires stay in flight");
         }
         self.m.in_flight.set(0);
     }
@@ -289,6 +302,9 @@ impl Trigger {
         self.finish_call(done)
     }
 }
+
+/// How long a stopping trigger waits for one Redis call.
+const DRAIN_REDIS: Duration = Duration::from_secs(1);
 
 /// When to claim next after a claim at `now_ms` that took everything due within
 /// `ahead_ms` (all of it unless `full`): `ahead_ms` before the next fire is due, but not

@@ -7,6 +7,10 @@ use rdkafka::consumer::Consumer;
 use rdkafka::Offset;
 use std::time::Duration;
 
+/// How long the check waits for one partition's state: a check is skipped, never waited
+/// for, so the intake stays free to give its partitions up when Redis is cut off.
+const CHECK_READ: Duration = Duration::from_secs(1);
+
 impl Partitions {
     /// Checks that Redis still holds what this instance wrote for `parts`: drops the
     /// partitions another instance took, replays from Kafka what Redis lost, rebuilds
@@ -31,12 +35,15 @@ impl Partitions {
             };
             let now = self.tasks.trigger.clock.now_ms();
             let (epoch, handled, floor) = (o.epoch, o.handled, o.floor(now));
-            let state = match self.tasks.store.partition_state(p).await {
-                Ok(s) => s,
-                Err(e) => {
+            let read = self.tasks.store.partition_state(p);
+            let state = match tokio::time::timeout(CHECK_READ, read).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
                     tracing::debug!(partition = p, error = %e, "ownership check skipped");
                     continue;
                 }
+                // Redis does not answer: the rest would wait too (the probe handles a cut).
+                Err(_) => break,
             };
             match verdict(epoch, handled, floor, state) {
                 Verdict::Held if o.ended() && !self.tasks.token.is_cancelled() => {
