@@ -94,6 +94,8 @@ pub struct Metrics {
     pub redis_unreachable: prometheus::Gauge,
     /// Redis's clock minus this host's wall clock, seconds (fires follow Redis's).
     pub clock_offset: prometheus::Gauge,
+    /// Partitions taken whose state-topic partition is missing (nothing applied).
+    pub partitions_unavailable: IntGauge,
 }
 
 impl Metrics {
@@ -236,10 +238,16 @@ impl Metrics {
             "Redis's clock minus this host's wall clock; fires are due by Redis's clock",
         )
         .expect("metric");
+        let partitions_unavailable = IntGauge::new(
+            "partitions_unavailable",
+            "Partitions taken whose state-topic partition is missing: none of their commands is applied",
+        )
+        .expect("metric");
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(redis_unreachable.clone()),
             Box::new(clock_offset.clone()),
+            Box::new(partitions_unavailable.clone()),
             Box::new(intake_stalled.clone()),
             Box::new(redis_may_evict.clone()),
             Box::new(redis_evicted_keys.clone()),
@@ -290,6 +298,7 @@ impl Metrics {
             intake_stalled,
             redis_unreachable,
             clock_offset,
+            partitions_unavailable,
         }
     }
 

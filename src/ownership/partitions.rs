@@ -1,9 +1,11 @@
 //! The partitions this instance owns, each with its epoch and tasks: taking them on
 //! assignment (rebuilding Redis from the state topic when it has nothing of them),
 //! dropping them on revocation. The periodic check against Redis, and replaying what
-//! Redis lost before the partition fires again, are in [`check`].
+//! Redis lost before the partition fires again, are in [`check`]; a partition whose
+//! state-topic partition is missing waits in [`unavailable`].
 
 mod check;
+mod unavailable;
 
 use super::tasks::{Running, Tasks};
 use super::{IntakeContext, RebalanceEvent};
@@ -64,6 +66,8 @@ pub struct Partitions {
     /// The state topic's last checkpoint sequence of partitions about to be taken (read
     /// for all of an assignment at once; `None`: no checkpoint).
     tails: HashMap<i32, Option<i64>>,
+    /// Partitions taken whose state-topic partition is missing.
+    unavailable: HashMap<i32, unavailable::Unavailable>,
 }
 
 impl Partitions {
@@ -79,6 +83,7 @@ impl Partitions {
             topic: topic.to_string(),
             tasks,
             tails: HashMap::new(),
+            unavailable: HashMap::new(),
         }
     }
 
@@ -152,6 +157,7 @@ impl Partitions {
                     .with_label_values(&["revoked"])
                     .inc();
                 for p in ps {
+                    self.forget_unavailable(p);
                     if let Some(o) = self.owned.remove(&p) {
                         o.stop().await;
                     }
@@ -223,6 +229,10 @@ impl Partitions {
                 format = ?before.format,
                 "redis holds the partition in an older key layout: rebuilding it"
             );
+        }
+        if let Some(why) = self.state_partition_missing(p).await {
+            self.set_unavailable(p, why);
+            return true;
         }
         let rebuilt = retry("rebuild")
             .forever(|| rebuild(p, epoch, &t.store, reader, topic, wipe))

@@ -19,6 +19,9 @@ impl Partitions {
     pub async fn check(&mut self, parts: &[i32]) -> Vec<i32> {
         let mut changed = false;
         let mut held = Vec::new();
+        if !self.retry_unavailable().await {
+            return held;
+        }
         for &p in parts {
             let Some(o) = self.owned.get(&p) else {
                 continue;
