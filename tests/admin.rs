@@ -357,7 +357,8 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
 async fn the_admin_api_lists_and_redrives_dead_letters() {
     let tokens = format!("{OPS},billing={BILLING}");
     let mut env = TestEnv::new("admindlq", 1, &["--admin-token", &tokens]).await;
-    let doomed = undeliverable("doomed", now_ms() + 5_000);
+    // Due once the first instance stopped (a group join can take several seconds).
+    let doomed = undeliverable("doomed", now_ms() + 20_000);
     env.accept_then_limit(&doomed, 20_000).await;
     let svc = env.start().await;
     let base = format!("http://{}", svc.status.borrow().admin_addr.unwrap());

@@ -283,7 +283,8 @@ async fn an_undeliverable_fire_goes_to_the_dead_letter_topic_and_blocks_nothing(
     // 20 kB, and the doomed timer's headers make its record larger than that, a failure
     // no retry can mend.
     let mut env = TestEnv::new("dlq", 1, &[]).await;
-    let due = now_ms() + 6_000;
+    // Due once the first instance stopped (a group join can take several seconds).
+    let due = now_ms() + 20_000;
     let doomed = common::undeliverable("doomed", due);
     env.accept_then_limit(&doomed, 20_000).await;
     let mut got = env.collect();

@@ -40,6 +40,12 @@ impl InProcess {
         self.join.await.expect("join").expect("service result");
     }
 
+    /// `ktimer_fires_total` of `outcome` (0 when absent).
+    pub fn fires(&self, outcome: &str) -> f64 {
+        let name = format!("ktimer_fires_total{{outcome=\"{outcome}\"}}");
+        self.metric(&name).unwrap_or(0.0)
+    }
+
     /// The value of a metric from the instance's `/metrics` (see
     /// [`super::world::metric_in`]); `None` if absent.
     pub fn metric(&self, name: &str) -> Option<f64> {
@@ -234,6 +240,12 @@ impl TestEnv {
         let r = got.results(1, Duration::from_secs(60)).await.remove(0);
         assert_eq!(r.outcome, ktimer::command::Outcome::Accepted, "{r:?}");
         svc.stop().await;
+        // Fired already (without the limit), it would never meet the limit.
+        let left = cmd.at_ms.map(|at| at - ktimer::now_ms());
+        assert!(
+            left.is_none_or(|l| l > 1_000),
+            "the first instance took too long: {left:?} ms left before the timer is due"
+        );
         let limit = format!("message.max.bytes={bytes}");
         self.argv.extend(["--kafka-option".to_string(), limit]);
         let limit = ("message.max.bytes".to_string(), bytes.to_string());
