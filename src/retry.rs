@@ -6,7 +6,7 @@
 //! and gives up only on shutdown or on an error the caller calls fatal. Delivery retries of
 //! the trigger, which are scheduled rather than awaited, use the same [`Backoff`].
 
-use crate::shutdown::CancellationToken;
+use crate::shutdown::{within_deadline, CancellationToken, CALL_GRACE};
 use prometheus::IntCounter;
 use std::fmt::Display;
 use std::future::Future;
@@ -95,8 +95,9 @@ impl Retry {
     }
 
     /// Calls `f` until it succeeds; errors for which `fatal` is true end the retrying. A
-    /// call still running when the token is cancelled is dropped (a task stopped while
-    /// Redis or the broker does not answer must not wait for the call's timeout).
+    /// call still running when the token is cancelled gets [`CALL_GRACE`] to finish,
+    /// then is dropped (a task stopped while Redis or the broker does not answer must
+    /// not wait out the call's timeout).
     pub async fn run<T, E, F, Fut>(
         &self,
         fatal: impl Fn(&E) -> bool,
@@ -109,10 +110,8 @@ impl Retry {
     {
         let mut attempts = self.attempts();
         loop {
-            let called = tokio::select! {
-                biased;
-                _ = self.token.cancelled() => return Err(Stopped::Shutdown),
-                r = f() => r,
+            let Some(called) = within_deadline(f(), &self.token, CALL_GRACE).await else {
+                return Err(Stopped::Shutdown);
             };
             match called {
                 Ok(v) => return Ok(v),

@@ -59,6 +59,13 @@ impl Stoppable {
     }
 }
 
+/// How long a call still running when its token is cancelled may take to finish: a
+/// working Redis or broker answers well within it (a drain keeps what the call did),
+/// one that does not answer is left (what such a call did is safe to lose: see
+/// [`within_deadline`]), so a task stopped while Redis is cut off does not wait out its
+/// reply timeout.
+pub const CALL_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Runs `work` (which drains once `token` is cancelled) but gives up `deadline` after
 /// the cancellation: returns `None` then. What was not finished is safe: unacknowledged
 /// fires stay in flight in Redis and uncommitted commands are consumed again by the next

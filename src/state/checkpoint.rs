@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::codec::{encode_checkpoint, encode_timer_state};
 use crate::metrics::Metrics;
 use crate::retry::Retry;
-use crate::shutdown::{CancellationToken, Stoppable};
+use crate::shutdown::{within_deadline, CancellationToken, Stoppable, CALL_GRACE};
 use crate::sink::{delivered, Sink};
 use crate::store::{CheckpointPage, Store};
 use crate::timer::{Checkpoint, TimerFields};
@@ -177,12 +177,11 @@ impl Checkpointer {
             }
             let mut attempts = retry.attempts();
             loop {
-                // Stopped mid-checkpoint: nothing is recorded, the next owner takes it.
+                // Stopped mid-checkpoint and not done a grace later: nothing is
+                // recorded, the next owner takes it.
                 let token = self.token.clone();
-                let taken = tokio::select! {
-                    biased;
-                    _ = token.cancelled() => return,
-                    r = self.take() => r,
+                let Some(taken) = within_deadline(self.take(), &token, CALL_GRACE).await else {
+                    return;
                 };
                 match taken {
                     Ok(()) => break,

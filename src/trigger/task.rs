@@ -8,7 +8,7 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
 use crate::retry::Retry;
-use crate::shutdown::CancellationToken;
+use crate::shutdown::{within_deadline, CancellationToken, CALL_GRACE};
 use crate::sink::{Sink, SinkError};
 use crate::store::{Store, StoreError};
 use crate::timer::Fire;
@@ -142,12 +142,11 @@ impl Trigger {
         let retry = self.retry.clone();
         let mut attempts = retry.attempts();
         while !self.token.is_cancelled() {
-            // A step waiting on Redis is dropped when stopped: its fires stay in flight.
+            // A step still waiting on Redis a grace after the stop is dropped: its fires
+            // stay in flight for the next owner.
             let token = self.token.clone();
-            let stepped = tokio::select! {
-                biased;
-                _ = token.cancelled() => break,
-                r = self.step() => r,
+            let Some(stepped) = within_deadline(self.step(), &token, CALL_GRACE).await else {
+                break;
             };
             match stepped {
                 Ok(()) => {
@@ -261,11 +260,11 @@ impl Trigger {
 
     /// On shutdown: wait (bounded) for the running call and for records already handed
     /// to the producer, and acknowledge them; fires not yet sent stay in flight for the
-    /// next owner. Redis gets [`DRAIN_REDIS`] per call: a trigger stopped because Redis
+    /// next owner. Redis gets [`CALL_GRACE`] per call: a trigger stopped because Redis
     /// is cut off must not hold its partition for a call's whole timeout.
     async fn drain(&mut self) {
         let deadline = tokio::time::sleep(Duration::from_secs(5));
-        let call_deadline = tokio::time::sleep(DRAIN_REDIS);
+        let call_deadline = tokio::time::sleep(CALL_GRACE);
         tokio::pin!(deadline, call_deadline);
         while !self.sending.is_empty() || self.call.is_some() {
             tokio::select! {
@@ -281,9 +280,9 @@ impl Trigger {
         }
         let last = match self.call_failed.take() {
             Some(e) => Err(e.to_string()),
-            None => match tokio::time::timeout(DRAIN_REDIS, self.final_ack()).await {
+            None => match tokio::time::timeout(CALL_GRACE, self.final_ack()).await {
                 Ok(r) => r.map_err(|e| e.to_string()),
-                Err(_) => Err(format!("no reply within {DRAIN_REDIS:?}")),
+                Err(_) => Err(format!("no reply within {CALL_GRACE:?}")),
             },
         };
         if let Err(error) = last {
@@ -302,9 +301,6 @@ impl Trigger {
         self.finish_call(done)
     }
 }
-
-/// How long a stopping trigger waits for one Redis call.
-const DRAIN_REDIS: Duration = Duration::from_secs(1);
 
 /// When to claim next after a claim at `now_ms` that took everything due within
 /// `ahead_ms` (all of it unless `full`): `ahead_ms` before the next fire is due, but not
