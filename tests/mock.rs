@@ -105,11 +105,17 @@ async fn an_outage_longer_than_the_message_timeout_goes_through_ktimers_retry() 
     .await;
     let mut got = env.collect();
     let svc = env.start().await;
-    let first_due = now_ms() + 6_000;
+    // The first commands wait for the callback and state topics' limits, which the mock
+    // cluster does not answer (5 s each): the fires must still be ahead once accepted.
+    let first_due = now_ms() + 16_000;
     let expected = spread("t", 200, first_due, 1_000);
     env.send_many(&commands(&expected)).await;
     let rs = got.results(expected.len(), MIN).await;
     assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted));
+    assert!(
+        now_ms() < first_due - 1_000,
+        "accepted too late to test the outage"
+    );
     let before = (first_due - 300 - now_ms()).max(0) as u64;
     tokio::time::sleep(Duration::from_millis(before)).await;
     // The leader of every test topic goes away for three times the message timeout.
@@ -139,9 +145,7 @@ async fn an_outage_longer_than_the_message_timeout_goes_through_ktimers_retry() 
 /// (the mock cluster cannot unset a leader: its Fetch handler crashes on one), so each
 /// delivery times out (`message.timeout.ms` 1 s, at most 2 attempts 0.2 s apart). A
 /// partition without a leader says nothing about the records: every fire reaches the
-/// callback topic once a leader is back, none goes to the dead-letter topic. (This held
-/// before outages were told apart from refusals too: librdkafka held the fires while the
-/// leader was unknown; the state topic's checkpoints timed out.)
+/// callback topic once a leader is back, none goes to the dead-letter topic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callback_partition_without_a_leader_sends_no_fire_to_the_dead_letter_topic() {
     let name = common::unique("mocklead");
@@ -159,11 +163,16 @@ async fn a_callback_partition_without_a_leader_sends_no_fire_to_the_dead_letter_
     let env = env_on(&mock, &name, &flags).await;
     let mut got = env.collect();
     let svc = env.start().await;
-    let first_due = now_ms() + 5_000;
+    // Ahead of the first commands' wait for the topics' limits (see test 8).
+    let first_due = now_ms() + 16_000;
     let expected = spread("l", 100, first_due, 2_000);
     env.send_many(&commands(&expected)).await;
     let rs = got.results(expected.len(), MIN).await;
     assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted));
+    assert!(
+        now_ms() < first_due - 1_000,
+        "accepted too late to test the outage"
+    );
     let before = (first_due - 300 - now_ms()).max(0) as u64;
     tokio::time::sleep(Duration::from_millis(before)).await;
     let fired = format!("{name}.fired");
