@@ -42,6 +42,31 @@ async fn env_on(
     env
 }
 
+/// Creates `n` timers due 16 s ahead over `span_ms`, waits until all are accepted, then
+/// until 300 ms before the first is due (when a test injects its fault). The first
+/// commands wait for the callback and state topics' limits, which the mock cluster does
+/// not answer (5 s each): the fires must still be ahead once accepted.
+async fn load_until_due(
+    env: &TestEnv,
+    got: &mut common::Collected,
+    prefix: &str,
+    n: usize,
+    span_ms: i64,
+) -> common::checker::Expected {
+    let first_due = now_ms() + 16_000;
+    let expected = spread(prefix, n, first_due, span_ms);
+    env.send_many(&commands(&expected)).await;
+    let rs = got.results(expected.len(), MIN).await;
+    assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted));
+    assert!(
+        now_ms() < first_due - 1_000,
+        "accepted too late to test the outage"
+    );
+    let before = (first_due - 300 - now_ms()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(before)).await;
+    expected
+}
+
 /// 7. Produce and offset-commit errors injected while timers fire: nothing is removed
 /// from the in-flight set before the broker acknowledged it, so nothing is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -105,19 +130,7 @@ async fn an_outage_longer_than_the_message_timeout_goes_through_ktimers_retry() 
     .await;
     let mut got = env.collect();
     let svc = env.start().await;
-    // The first commands wait for the callback and state topics' limits, which the mock
-    // cluster does not answer (5 s each): the fires must still be ahead once accepted.
-    let first_due = now_ms() + 16_000;
-    let expected = spread("t", 200, first_due, 1_000);
-    env.send_many(&commands(&expected)).await;
-    let rs = got.results(expected.len(), MIN).await;
-    assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted));
-    assert!(
-        now_ms() < first_due - 1_000,
-        "accepted too late to test the outage"
-    );
-    let before = (first_due - 300 - now_ms()).max(0) as u64;
-    tokio::time::sleep(Duration::from_millis(before)).await;
+    let expected = load_until_due(&env, &mut got, "t", 200, 1_000).await;
     // The leader of every test topic goes away for three times the message timeout.
     mock.broker_down(1).expect("broker down");
     tokio::time::sleep(Duration::from_millis(3_000)).await;
@@ -163,18 +176,7 @@ async fn a_callback_partition_without_a_leader_sends_no_fire_to_the_dead_letter_
     let env = env_on(&mock, &name, &flags).await;
     let mut got = env.collect();
     let svc = env.start().await;
-    // Ahead of the first commands' wait for the topics' limits (see test 8).
-    let first_due = now_ms() + 16_000;
-    let expected = spread("l", 100, first_due, 2_000);
-    env.send_many(&commands(&expected)).await;
-    let rs = got.results(expected.len(), MIN).await;
-    assert!(rs.iter().all(|r| r.outcome == Outcome::Accepted));
-    assert!(
-        now_ms() < first_due - 1_000,
-        "accepted too late to test the outage"
-    );
-    let before = (first_due - 300 - now_ms()).max(0) as u64;
-    tokio::time::sleep(Duration::from_millis(before)).await;
+    let expected = load_until_due(&env, &mut got, "l", 100, 2_000).await;
     let fired = format!("{name}.fired");
     mock.topic_error(
         &fired,
