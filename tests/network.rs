@@ -1,9 +1,13 @@
-//! The network fails between one instance and Redis, while the rest of the group reaches
-//! everything: a TCP proxy the test controls stands between that instance and Redis.
+//! The network fails between one instance and Redis, or the broker, while the rest of
+//! the group reaches everything: a TCP proxy the test controls stands between that
+//! instance and Redis, or the instance runs on a second host (a network namespace) that
+//! loses the broker and keeps Redis.
 
 mod common;
 
 use common::checker::{check, due_near, gather, load, sleep_until, spread, Bounds};
+use common::child::ChildProcess;
+use common::netns::Netns;
 use common::proxy::Proxy;
 use common::world::World;
 use common::TestEnv;
@@ -202,4 +206,137 @@ async fn a_slow_link_to_redis_fails_no_call_and_fires_on_time() {
     let errors = svc.metric("ktimer_redis_errors_total");
     assert_eq!(errors.unwrap_or(0.0), 0.0, "failed Redis calls");
     svc.stop().await;
+}
+
+/// Two instances; the one that owns the partition runs on a second host, which loses the
+/// broker but keeps Redis (a blackhole route: connections held open, nothing passes). Its
+/// trigger still reaches Redis, so it could go on claiming while nothing it produces gets
+/// out, and what it enqueued stays in its producer until the link heals. The other
+/// instance takes the partition after the session timeout and answers a CANCEL of 20
+/// every-second cron timers; the link heals 6 s later. A fire the cut instance had
+/// enqueued must not reach the fired topic after that CANCEL was answered (on main, its
+/// queued occurrences arrived once the link healed, after the answers), it stops
+/// claiming soon after its producer stops answering, and the one-shot timers due during
+/// the cut all fire, none early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_cut_from_the_broker_stops_and_its_queued_fires_never_follow_a_cancel() {
+    let ns = Netns::new();
+    let w = World::start_on("brokercut", false, Some(&ns.host_ip), &ns.broker_ip);
+    let env = TestEnv::on(
+        &w.servers(),
+        "brokercut",
+        1,
+        &["--session-timeout-ms", "6000"],
+    )
+    .await;
+    let mut got = env.collect();
+    let a = ChildProcess::spawn_in(&ns.exec(), &ns.ip, &env, &[], &w.dir.join("a.log"));
+    a.ready(MIN).await;
+    eventually(
+        MIN,
+        "the instance on the second host owns the partition",
+        || {
+            let owned = a.owned();
+            (owned != Some(vec![0])).then(|| format!("it owns {owned:?}"))
+        },
+    )
+    .await;
+    let b = env.start().await;
+    let crons: Vec<String> = (0..20).map(|i| format!("every-second-{i}")).collect();
+    let creates: Vec<_> = crons
+        .iter()
+        .map(|id| common::cron(id, "* * * * * *", "c"))
+        .collect();
+    env.send_many(&creates).await;
+    got.results(crons.len(), MIN).await;
+    let t0 = now_ms();
+    let expected = spread("once", 100, t0 + 3_000, 9_000);
+    load(&env, &mut got, &expected).await;
+    let cut_at = now_ms();
+    ns.cut_broker();
+    eventually(MIN, "the other instance took the partition", || {
+        let owned = b.status.borrow().owned.clone();
+        (owned != vec![0]).then(|| format!("it owns {owned:?}"))
+    })
+    .await;
+    let taken_at = now_ms();
+    let cancels: Vec<_> = crons.iter().map(|id| common::cancel(id)).collect();
+    env.send_many(&cancels).await;
+    let heal_at = taken_at + 6_000;
+    let ns = std::sync::Arc::new(ns);
+    let healing = tokio::spawn({
+        let ns = ns.clone();
+        async move {
+            sleep_until(heal_at).await;
+            ns.heal_broker();
+        }
+    });
+    let answers = got.results(crons.len(), MIN).await;
+    let answered_at = now_ms();
+    healing.await.unwrap();
+    for r in &answers {
+        assert_eq!(r.outcome, ktimer::command::Outcome::Accepted, "{r:?}");
+    }
+    // The cut instance's producer gives what it holds up after its message timeout (30 s).
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(35)).await;
+    let is_cron = |f: &&common::Fired| f.timer_id.starts_with("every-second-");
+    let after: Vec<_> = fires
+        .iter()
+        .filter(is_cron)
+        .filter(|f| f.received_ms > answered_at)
+        .collect();
+    // What the cut instance enqueued after the cut (its fires name it: `host/pid`).
+    let me = format!("/{}", a.pid());
+    let by_a: Vec<_> = fires
+        .iter()
+        .filter(|f| {
+            f.headers
+                .get("ktimer-instance")
+                .is_some_and(|i| i.ends_with(&me))
+        })
+        .filter(|f| f.fired_ms > cut_at)
+        .collect();
+    let last_enqueued = by_a.iter().map(|f| f.fired_ms - cut_at).max();
+    let last_received = by_a.iter().map(|f| f.received_ms - cut_at).max();
+    println!(
+        "cut at +0; taken at +{} ms; cancels answered at +{} ms (link healed at +{} ms); \
+         cron fires after the answers: {}; the cut instance's fires enqueued after the cut: \
+         {} (last enqueued at +{last_enqueued:?} ms, received at +{last_received:?} ms)",
+        taken_at - cut_at,
+        answered_at - cut_at,
+        heal_at - cut_at,
+        after.len(),
+        by_a.len(),
+    );
+    // It claims nothing once its producer answered nothing for a second (and sends what
+    // it claimed before, ahead of their due time by the claim margin).
+    assert!(
+        last_enqueued.is_none_or(|ms| ms <= 2_500),
+        "the cut instance went on enqueueing fires until +{last_enqueued:?} ms"
+    );
+    assert!(
+        after.is_empty(),
+        "{} fires of cancelled timers arrived after the CANCEL was answered, e.g. {:?}",
+        after.len(),
+        after.first()
+    );
+    let ones: Vec<_> = fires.iter().filter(|f| !is_cron(f)).cloned().collect();
+    let report = check(
+        "an instance cut from the broker",
+        &expected,
+        &ones,
+        &Bounds {
+            duplicates: due_near(&expected, cut_at, 10_000),
+            lateness_ms: 6_000 + 10_000,
+        },
+    );
+    println!("{report:?}");
+    let said = std::fs::read_to_string(w.dir.join("a.log")).unwrap_or_default();
+    for l in said.lines().filter(|l| {
+        l.contains("producer") || l.contains("SESSTMOUT") || l.contains("trigger stopped")
+    }) {
+        println!("a: {l}");
+    }
+    b.stop().await;
+    drop(a);
 }

@@ -2,16 +2,19 @@
 //! assignment (rebuilding Redis from the state topic when it has nothing of them),
 //! dropping them on revocation. The periodic check against Redis, and replaying what
 //! Redis lost before the partition fires again, are in [`check`]; a partition whose
-//! state-topic partition is missing waits in [`unavailable`].
+//! state-topic partition is missing waits in [`unavailable`]; one whose previous owner
+//! still has fires in its producer applies no command until they are answered
+//! ([`drain`]); the state topic's last checkpoints are read in [`tail`].
 
 mod check;
+mod drain;
+mod tail;
 mod unavailable;
 
 use super::tasks::{Running, Tasks};
 use super::{IntakeContext, RebalanceEvent};
 use crate::retry::Retry;
 use crate::state::rebuild::rebuild;
-use crate::state::tail::last_checkpoints;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::Offset;
 use std::collections::HashMap;
@@ -36,6 +39,8 @@ pub struct Owned {
     sequence: i64,
     /// Taken without a rebuild: ms from the assignment until the tasks started.
     taken_ms: Option<u64>,
+    /// Since when its commands wait for the previous owner's producer ([`drain`]).
+    draining: Option<std::time::Instant>,
 }
 
 impl Owned {
@@ -93,11 +98,12 @@ impl Partitions {
     }
 
     /// The epoch of `p` and the highest offset applied since this instance owns it (-1
-    /// for none), if its records are to be handled now (owned, no seek pending).
+    /// for none), if its records are to be handled now (owned, no seek pending, not
+    /// waiting for the previous owner's producer).
     pub fn live(&self, p: i32) -> Option<(i64, i64)> {
         self.owned
             .get(&p)
-            .filter(|o| o.seek.is_none())
+            .filter(|o| o.seek.is_none() && o.draining.is_none())
             .map(|o| (o.epoch, o.handled.unwrap_or(-1)))
     }
 
@@ -203,6 +209,9 @@ impl Partitions {
         else {
             return false;
         };
+        let Some(draining) = self.previous_owner_draining(p).await else {
+            return false;
+        };
         let mut o = Owned {
             epoch,
             handled: None,
@@ -211,6 +220,7 @@ impl Partitions {
             hold_until: None,
             sequence: before.checkpoint.unwrap_or(0),
             taken_ms: None,
+            draining: drain::since(draining),
         };
         if !super::needs_rebuild(&before, stale) {
             o.tasks = Some(t.start(p, epoch, o.sequence));
@@ -277,55 +287,6 @@ impl Partitions {
             self.release(p);
         }
         true
-    }
-
-    /// The state topic's last checkpoint sequence of each of `ps` (`None`: it has none),
-    /// read at once. `None` only on shutdown.
-    async fn read_tails(&self, ps: &[i32]) -> Option<HashMap<i32, Option<i64>>> {
-        let (topic, reader) = &self.tasks.state;
-        let found = Retry::new("state tail", &self.tasks.token)
-            .forever(|| last_checkpoints(reader, topic, ps))
-            .await?;
-        Some(
-            ps.iter()
-                .map(|&p| (p, found.get(&p).map(|c| c.sequence)))
-                .collect(),
-        )
-    }
-
-    /// Whether Redis, holding `before` of partition `p`, must be rebuilt: `stale`
-    /// already, or its checkpoint sequence is older than the state topic's last (`tail`,
-    /// if read already): Redis restarted from an older snapshot; without a rebuild every
-    /// fire acknowledged since would fire again. `None` only on shutdown.
-    async fn behind_state_topic(
-        &self,
-        p: i32,
-        before: &crate::store::PartitionState,
-        stale: bool,
-        tail: Option<Option<i64>>,
-    ) -> Option<bool> {
-        if stale || before.epoch.is_none() {
-            return Some(stale);
-        }
-        let last = match tail {
-            Some(last) => last,
-            None => self.read_tails(&[p]).await?.remove(&p).flatten(),
-        };
-        let redis = before.checkpoint.unwrap_or(0);
-        // One behind is trusted: the last checkpoint's delivery report may have been lost
-        // (a broker outage, a crash before Redis confirmed it), and what an older snapshot
-        // one checkpoint back could refire is the documented bound (one interval of fires).
-        let behind = last.is_some_and(|s| s > redis + 1);
-        if behind {
-            tracing::warn!(
-                partition = p,
-                redis,
-                state_topic = ?last,
-                "redis holds an older checkpoint than the state topic (back from an older \
-                 snapshot): rebuilding the partition"
-            );
-        }
-        Some(behind)
     }
 
     /// The group's committed offset of partition `p`, if it has one.

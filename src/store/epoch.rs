@@ -51,6 +51,38 @@ impl Store {
         })
     }
 
+    /// Says that the owner of `epoch` still has fires of `partition` in its producer that
+    /// the broker has not answered, for `ttl` (refreshed while so).
+    pub async fn mark_draining(
+        &self,
+        partition: i32,
+        epoch: i64,
+        ttl: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        let key = self.keys(partition).draining();
+        let mut p = redis::pipe();
+        p.zadd(&key, epoch, 0).ignore();
+        p.pexpire(&key, ttl.as_millis() as i64).ignore();
+        let () = self.run("drain", &p).await?;
+        Ok(())
+    }
+
+    /// The owner of `epoch` has no fire of `partition` left in its producer.
+    pub async fn unmark_draining(&self, partition: i32, epoch: i64) -> Result<(), StoreError> {
+        let mut p = redis::pipe();
+        p.zrem(self.keys(partition).draining(), epoch).ignore();
+        let () = self.run("drain", &p).await?;
+        Ok(())
+    }
+
+    /// Whether an earlier owner of `partition` still has fires of it in its producer.
+    pub async fn draining(&self, partition: i32) -> Result<bool, StoreError> {
+        let mut p = redis::pipe();
+        p.exists(self.keys(partition).draining());
+        let (exists,): (bool,) = self.run("drain", &p).await?;
+        Ok(exists)
+    }
+
     /// The applied offsets of `partitions`, read with a blocking connection (for
     /// librdkafka's rebalance callback, which cannot await).
     pub fn applied_offsets_blocking(

@@ -28,6 +28,11 @@ impl Keys {
     pub fn epoch(&self) -> String {
         self.key("epoch")
     }
+    /// Owners that lost the partition with fires still in their producer (zset, member
+    /// the epoch; expires unless refreshed).
+    pub fn draining(&self) -> String {
+        self.key("drain")
+    }
     /// The highest commands-topic offset handled (string).
     pub fn offset(&self) -> String {
         self.key("offset")

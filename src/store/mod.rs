@@ -16,6 +16,7 @@
 //! | `PREFIX:{topic:p}:cron` | zset | scheduled cron timers, scored by when their window must be extended |
 //! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset handled (written with every apply); behind the committed offset means Redis lost data |
 //! | `PREFIX:{topic:p}:epoch` | string | moved by each new owner past every earlier epoch; every script checks it (fencing) |
+//! | `PREFIX:{topic:p}:drain` | zset | epochs of owners whose producer still holds fires of the partition that the broker has not answered (cut from the broker): refreshed every 0.5 s, gone 2 s after the last refresh; the next owner applies no command while it exists |
 //! | `PREFIX:{topic:p}:dirty` | zset | timers changed since the last checkpoint (their state goes to the state topic), scored by the first command that changed them (`inf`: a fire) |
 //! | `PREFIX:{topic:p}:deferred`, `...:deferred:off` | zset | one-shot timers never written and due within 10 s (by due, and by first command offset): written only if still scheduled 5 s after due; the checkpoint's command offset stays below them |
 //! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |

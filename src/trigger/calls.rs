@@ -53,7 +53,10 @@ impl Trigger {
         }
         let now = self.clock.now_ms();
         let acks = !self.acks.is_empty();
-        let claim_due = self.wake.claim_at() <= now && !(self.claimed_last && acks);
+        // A producer that answers no fire gets no more (`fence`): the fires stay due in
+        // Redis, for this trigger once it answers again or for the next owner.
+        let stuck = self.fence.stuck(self.sending.len());
+        let claim_due = self.wake.claim_at() <= now && !(self.claimed_last && acks) && !stuck;
         if claim_due && self.wake.take_if_due(now) {
             self.claimed_last = true;
             self.claim_stamp = self.gate.stamp();

@@ -102,6 +102,7 @@ impl Trigger {
                         self.m.lateness.observe(lateness as f64 / 1000.0);
                     }
                     let done = delivered(f).map(move |r| (pending, r.map(|_| ())));
+                    self.fence.sent(self.sending.is_empty());
                     self.sending.push(Box::pin(done));
                 }
                 Err(e) => self.failed(pending, e),
@@ -197,6 +198,7 @@ impl Trigger {
 
     /// The broker answered a delivery: acknowledge it in Redis (batched), or retry.
     pub(super) fn delivered(&mut self, pending: Pending, r: Result<(), SinkError>) {
+        self.fence.answered();
         match (r, pending.dead.clone()) {
             (Ok(()), None) => {
                 self.m.delivered.inc();

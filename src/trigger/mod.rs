@@ -16,12 +16,14 @@
 //! instance that lost its partition does not produce it).
 //!
 //! Files: [`wake`] (when to claim), [`gate`] (stale fires), [`lease`] (fencing between
-//! Redis calls), `ready` (fires waiting for their send time), `delivery` (send, retry or
+//! Redis calls), [`fence`] (a producer that stopped answering: no claims, and the next
+//! owner waits for what it holds), `ready` (fires waiting for their send time), `delivery` (send, retry or
 //! dead letter), `calls` (claims and acknowledgements beside the sending), `task` (the
 //! loop).
 
 mod calls;
 mod delivery;
+pub mod fence;
 pub mod gate;
 pub mod lease;
 mod ready;

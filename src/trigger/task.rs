@@ -1,6 +1,7 @@
 //! The trigger task: recover, then claim, send and acknowledge until stopped.
 
 use super::calls::{finished, Call, Done};
+use super::fence::{self, Fence};
 use super::lease::Lease;
 use super::ready::{Pending, Ready};
 use super::{Gate, TriggerConfig, Wake};
@@ -70,6 +71,8 @@ pub(super) struct Trigger {
     pub acks: Vec<String>,
     pub m: Handles,
     pub lease: Lease,
+    /// Whether the producer answers its fires (no claims, and a drain mark, while not).
+    pub fence: Fence,
     /// Fires routed to the dead-letter topic so far (for sparse logging).
     pub undeliverable: u32,
     /// Whether the in-flight set was read since the last call whose outcome is unknown
@@ -110,6 +113,7 @@ impl Trigger {
         Trigger {
             m: Handles::new(metrics, partition),
             lease: Lease::new(cfg.lease),
+            fence: Fence::default(),
             clock: cfg.clock.clone(),
             partition,
             epoch,
@@ -153,17 +157,36 @@ impl Trigger {
                     attempts.succeeded();
                     self.wait().await;
                 }
-                Err(e) if e.is_fenced() => return self.lost(e),
+                Err(e) if e.is_fenced() => {
+                    tracing::warn!(partition = p, error = %e, "trigger stopped: partition lost");
+                    return self.hand_over();
+                }
                 Err(e) if !attempts.failed(&e).await => break,
                 Err(_) => {}
             }
         }
         self.drain().await;
+        self.hand_over();
         tracing::info!(partition = p, "trigger stopped");
     }
 
-    fn lost(&self, e: StoreError) {
-        tracing::warn!(partition = self.partition, error = %e, "trigger stopped: partition lost");
+    /// Fires still in the producer keep the partition's drain mark until answered
+    /// ([`fence::hold`]); a mark left from a stuck time that ended is removed.
+    fn hand_over(&mut self) {
+        let (store, p, epoch) = (self.store.clone(), self.partition, self.epoch);
+        if !self.sending.is_empty() {
+            let sending = std::mem::take(&mut self.sending);
+            tokio::spawn(fence::hold(store, p, epoch, sending));
+        } else if self.fence.ever_marked() {
+            tokio::spawn(async move { store.unmark_draining(p, epoch).await });
+        }
+    }
+
+    /// While the producer answers no fire, refreshes the partition's drain mark.
+    fn mark_if_stuck(&mut self) {
+        if self.fence.mark_due(self.sending.len()) {
+            fence::mark(&self.store, self.partition, self.epoch);
+        }
     }
 
     pub(super) fn push(&mut self, fire: Fire) {
@@ -242,13 +265,16 @@ impl Trigger {
             idle && !self.acks.is_empty(),
         );
         let clock = self.clock.clone();
+        let waiting = !self.sending.is_empty();
         tokio::select! {
             _ = self.token.cancelled() => {}
             _ = clock.sleep_until(until) => {}
             _ = self.wake.notified() => {}
-            Some((p, r)) = self.sending.next(), if !self.sending.is_empty() => self.delivered(p, r),
+            Some((p, r)) = self.sending.next(), if waiting => self.delivered(p, r),
             done = finished(&mut self.call) => self.call_done(done),
+            _ = tokio::time::sleep(fence::MARK_EVERY), if waiting => {}
         }
+        self.mark_if_stuck();
     }
 
     fn call_done(&mut self, done: Done) {
@@ -266,7 +292,10 @@ impl Trigger {
         let deadline = tokio::time::sleep(Duration::from_secs(5));
         let call_deadline = tokio::time::sleep(CALL_GRACE);
         tokio::pin!(deadline, call_deadline);
-        while !self.sending.is_empty() || self.call.is_some() {
+        // A producer that does not answer is not waited for: what it holds waits in
+        // `fence::hold`, keeping the next owner's commands back.
+        let stuck = self.fence.stuck(self.sending.len());
+        while (!self.sending.is_empty() && !stuck) || self.call.is_some() {
             tokio::select! {
                 _ = &mut deadline => break,
                 _ = &mut call_deadline, if self.call.is_some() => self.call = None,

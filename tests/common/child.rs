@@ -10,25 +10,50 @@ use std::time::Duration;
 pub struct ChildProcess {
     child: Child,
     pub admin_port: u16,
+    /// The address its admin port listens on.
+    admin_host: String,
 }
 
 impl ChildProcess {
     /// Starts `ktimer run` with the environment's flags plus `extra`, logging to `log`.
     pub fn spawn(env: &TestEnv, extra: &[&str], log: &std::path::Path) -> ChildProcess {
+        ChildProcess::spawn_in(&[], "127.0.0.1", env, extra, log)
+    }
+
+    /// Like [`ChildProcess::spawn`], run through `prefix` (e.g. `ip netns exec NAME`), its
+    /// admin port on `admin_host`.
+    pub fn spawn_in(
+        prefix: &[String],
+        admin_host: &str,
+        env: &TestEnv,
+        extra: &[&str],
+        log: &std::path::Path,
+    ) -> ChildProcess {
         let admin_port = free_port();
         let log = std::fs::File::create(log).expect("log file");
         // KTIMER_TEST_BIN: another build (a release binary for measurements).
         let bin = std::env::var("KTIMER_TEST_BIN").unwrap_or(env!("CARGO_BIN_EXE_ktimer").into());
-        let mut cmd = Proc::new(bin);
+        let mut cmd = match prefix.split_first() {
+            Some((first, rest)) => {
+                let mut c = Proc::new(first);
+                c.args(rest).arg(bin);
+                c
+            }
+            None => Proc::new(bin),
+        };
         cmd.args(&env.argv[1..])
-            .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")])
+            .args(["--admin-addr", &format!("{admin_host}:{admin_port}")])
             .args(extra)
             .env("KTIMER_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::from(log));
         let child = cmd.spawn().expect("spawn ktimer");
         super::servers::CHILDREN.lock().unwrap().push(child.id());
-        ChildProcess { child, admin_port }
+        ChildProcess {
+            child,
+            admin_port,
+            admin_host: admin_host.to_string(),
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -37,7 +62,7 @@ impl ChildProcess {
 
     /// An admin endpoint's status and body, if the instance answers.
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(&format!("127.0.0.1:{}", self.admin_port), path)
+        http_get(&format!("{}:{}", self.admin_host, self.admin_port), path)
     }
 
     /// Waits until the instance joined the group (`/readyz` answers 200).

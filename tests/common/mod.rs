@@ -5,7 +5,8 @@
 //! - [`child`]: [`child::ChildProcess`] instances (`ktimer run` as a child process, for
 //!   SIGKILL and SIGSTOP);
 //! - [`world`]: servers a fault scenario owns alone (to kill, freeze or wipe them);
-//!   [`proxy`]: a TCP proxy that cuts one instance off a server;
+//!   [`proxy`]: a TCP proxy that cuts one instance off a server; [`netns`]: a second
+//!   host (a network namespace) that can lose the broker and keep Redis;
 //! - [`collected`]: what arrived on the fired and results topics;
 //! - [`commands`]: command builders; [`checker`]: the fault scenarios' one checker;
 //! - [`store`]: a store on its own prefix, for the store-level tests.
@@ -18,6 +19,7 @@ pub mod cluster;
 pub mod collected;
 pub mod commands;
 pub mod env;
+pub mod netns;
 pub mod proxy;
 pub mod servers;
 pub mod store;

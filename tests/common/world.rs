@@ -53,6 +53,8 @@ pub fn metric_in(body: &str, name: &str) -> Option<f64> {
 /// A redis-server of one scenario, optionally with an append-only file.
 pub struct Redis {
     pub port: u16,
+    /// The address it serves besides 127.0.0.1 (and the one its URL names), if any.
+    pub host: Option<String>,
     dir: std::path::PathBuf,
     aof: bool,
     pid: u32,
@@ -62,8 +64,14 @@ pub struct Redis {
 impl Redis {
     /// Starts a server on a free port; with `aof`, `appendonly yes`, `appendfsync everysec`.
     pub fn start(dir: &std::path::Path, aof: bool) -> Redis {
+        Redis::start_on(dir, aof, None)
+    }
+
+    /// Like [`Redis::start`], also serving `host` (an address of this host).
+    pub fn start_on(dir: &std::path::Path, aof: bool, host: Option<&str>) -> Redis {
         let mut r = Redis {
             port: free_port(),
+            host: host.map(String::from),
             dir: dir.to_path_buf(),
             aof,
             pid: 0,
@@ -77,7 +85,13 @@ impl Redis {
         self.starts += 1;
         let mut cmd =
             Proc::new(std::env::var("KTIMER_REDIS_SERVER_BIN").unwrap_or("redis-server".into()));
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+        let (bind, protected) = match &self.host {
+            // Another host's instance reaches it: no loopback-only protected mode.
+            Some(h) => (format!("127.0.0.1 {h}"), "no"),
+            None => ("127.0.0.1".into(), "yes"),
+        };
+        cmd.args(["--port", &self.port.to_string(), "--bind", &bind])
+            .args(["--protected-mode", protected])
             .args(["--dir", self.dir.to_str().unwrap(), "--save", ""])
             // Tests move `dir` to make persistence fail.
             .args(["--enable-protected-configs", "local"]);
@@ -103,32 +117,48 @@ impl Redis {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let host = self.host.as_deref().unwrap_or("127.0.0.1");
+        format!("redis://{host}:{}", self.port)
     }
 }
 
 /// A Tansu broker of one scenario (in-memory storage: freeze it, never kill it).
 pub struct Broker {
     pub port: u16,
+    /// The address it advertises to clients.
+    pub host: String,
     pid: u32,
 }
 
 impl Broker {
     pub fn start(dir: &std::path::Path) -> Broker {
+        Broker::start_on(dir, "127.0.0.1")
+    }
+
+    /// A broker listening on every address of this host, advertising `host`.
+    pub fn start_on(dir: &std::path::Path, host: &str) -> Broker {
         let port = free_port();
-        let url = format!("tcp://127.0.0.1:{port}");
+        let listen = match host {
+            "127.0.0.1" => format!("tcp://127.0.0.1:{port}"),
+            _ => format!("tcp://0.0.0.0:{port}"),
+        };
+        let url = format!("tcp://{host}:{port}");
         let mut cmd = Proc::new(tansu_bin());
         cmd.args([
             "broker",
             "--listener-url",
-            &url,
+            &listen,
             "--advertised-listener-url",
             &url,
         ])
         .args(["--storage-engine", "memory://tansu/"]);
         let pid = spawn_server(cmd, dir.join("tansu.log").to_str().unwrap());
         wait_for_port(port, "tansu");
-        Broker { port, pid }
+        Broker {
+            port,
+            host: host.to_string(),
+            pid,
+        }
     }
 
     /// SIGSTOP: the broker stops answering (connections stay open, requests time out).
@@ -151,18 +181,24 @@ pub struct World {
 
 impl World {
     pub fn start(name: &str, aof: bool) -> World {
+        World::start_on(name, aof, None, "127.0.0.1")
+    }
+
+    /// Like [`World::start`], Redis also on `redis_host`, the broker advertising
+    /// `broker_host` (addresses of this host, see [`super::netns::Netns`]).
+    pub fn start_on(name: &str, aof: bool, redis_host: Option<&str>, broker_host: &str) -> World {
         let dir = std::env::temp_dir().join(format!("ktimer-fault-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let redis = Redis::start(&dir, aof);
-        let broker = Broker::start(&dir);
+        let redis = Redis::start_on(&dir, aof, redis_host);
+        let broker = Broker::start_on(&dir, broker_host);
         World { dir, redis, broker }
     }
 
     pub fn servers(&self) -> Servers {
         Servers {
             redis_url: self.redis.url(),
-            brokers: format!("127.0.0.1:{}", self.broker.port),
+            brokers: format!("{}:{}", self.broker.host, self.broker.port),
         }
     }
 }

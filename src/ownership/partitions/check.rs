@@ -23,6 +23,9 @@ impl Partitions {
             return held;
         }
         for &p in parts {
+            if self.still_draining(p).await {
+                continue;
+            }
             let Some(o) = self.owned.get(&p) else {
                 continue;
             };
