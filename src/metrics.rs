@@ -96,6 +96,8 @@ pub struct Metrics {
     pub clock_offset: prometheus::Gauge,
     /// Partitions taken whose state-topic partition is missing (nothing applied).
     pub partitions_unavailable: IntGauge,
+    /// Partitions taken whose commands wait for the previous owner's producer.
+    pub partitions_waiting: IntGauge,
 }
 
 impl Metrics {
@@ -243,8 +245,14 @@ impl Metrics {
             "Partitions taken whose state-topic partition is missing: none of their commands is applied",
         )
         .expect("metric");
+        let partitions_waiting = IntGauge::new(
+            "partitions_waiting_previous_owner",
+            "Partitions taken whose commands wait until the previous owner's producer answered the fires it holds",
+        )
+        .expect("metric");
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(partitions_waiting.clone()),
             Box::new(redis_unreachable.clone()),
             Box::new(clock_offset.clone()),
             Box::new(partitions_unavailable.clone()),
@@ -299,6 +307,7 @@ impl Metrics {
             redis_unreachable,
             clock_offset,
             partitions_unavailable,
+            partitions_waiting,
         }
     }
 

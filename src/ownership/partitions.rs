@@ -321,6 +321,7 @@ impl Partitions {
     pub fn publish(&self) {
         let t = &self.tasks;
         t.metrics.owned_partitions.set(self.owned.len() as i64);
+        self.gauge_waiting();
         self.gauge_triggers();
         let mut parts = self.ids();
         parts.sort_unstable();

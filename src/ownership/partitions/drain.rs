@@ -58,7 +58,14 @@ impl Partitions {
             o.draining = None;
         }
         self.seek(p, to);
+        self.gauge_waiting();
         false
+    }
+
+    /// Sets `ktimer_partitions_waiting_previous_owner`.
+    pub(super) fn gauge_waiting(&self) {
+        let n = self.owned.values().filter(|o| o.draining.is_some()).count();
+        self.tasks.metrics.partitions_waiting.set(n as i64);
     }
 }
 
