@@ -260,6 +260,13 @@ async fn an_instance_cut_from_the_broker_stops_and_its_queued_fires_never_follow
     })
     .await;
     let taken_at = now_ms();
+    let waiting = || b.metric("ktimer_partitions_waiting_previous_owner");
+    eventually(
+        Duration::from_secs(5),
+        "the new owner reports the partition waiting",
+        || (waiting() != Some(1.0)).then(|| format!("{:?}", waiting())),
+    )
+    .await;
     let cancels: Vec<_> = crons.iter().map(|id| common::cancel(id)).collect();
     env.send_many(&cancels).await;
     let heal_at = taken_at + 6_000;
@@ -277,6 +284,11 @@ async fn an_instance_cut_from_the_broker_stops_and_its_queued_fires_never_follow
     for r in &answers {
         assert_eq!(r.outcome, ktimer::command::Outcome::Accepted, "{r:?}");
     }
+    assert_eq!(
+        waiting(),
+        Some(0.0),
+        "the partition no longer waits once answered"
+    );
     // The cut instance's producer gives what it holds up after its message timeout (30 s).
     let fires = gather(&mut got, &expected, MIN, Duration::from_secs(35)).await;
     let is_cron = |f: &&common::Fired| f.timer_id.starts_with("every-second-");
