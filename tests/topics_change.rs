@@ -29,12 +29,12 @@ fn not_in(all: &Expected, p: i32, n: i32) -> Expected {
 /// shows as unavailable, and once the state topic exists again (`ktimer topics apply`)
 /// it is rebuilt from its commands and its timers fire too.
 ///
-/// Ignored in CI: Tansu creates a deleted topic again on the next produce to it (the
-/// state records of the other partitions' commands), and when that comes before the
-/// check, partition 0 is rebuilt from an empty topic instead (a run here: the others
-/// 25 s late). Run it with `cargo test --test topics_change -- --ignored`.
+/// Tansu creates a deleted topic again on the next produce to it (a checkpoint of
+/// another partition, once its fires were acknowledged), so the commands are sent only
+/// after partition 0 was found unavailable (nothing is produced to the state topic
+/// while the partitions are idle); otherwise partition 0 might be rebuilt at once from
+/// an empty topic.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "Tansu re-creates the deleted state topic on the next produce: timing-dependent"]
 async fn a_partition_that_cannot_be_rebuilt_holds_only_itself() {
     let w = World::start("nostate", false);
     let env = TestEnv::on(&w.servers(), "nostate", 4, &[]).await;
@@ -61,6 +61,14 @@ async fn a_partition_that_cannot_be_rebuilt_holds_only_itself() {
     let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut con).unwrap();
     assert!(!keys.is_empty(), "no keys of partition 0 ({pattern})");
     let _: () = redis::cmd("DEL").arg(&keys).query(&mut con).unwrap();
+    let deadline = tokio::time::Instant::now() + MIN;
+    while svc.metric("ktimer_partitions_unavailable") != Some(1.0) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "partition 0 never reported unavailable"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let all = spread("n", 40, now_ms() + 6_000, 2_000);
     let others = not_in(&all, 0, 4);
     assert!(others.len() < all.len());
@@ -78,7 +86,7 @@ async fn a_partition_that_cannot_be_rebuilt_holds_only_itself() {
         },
     );
     let unavailable = svc.metric("ktimer_partitions_unavailable");
-    assert_eq!(unavailable, Some(1.0), "partition 0 not reported");
+    assert_eq!(unavailable, Some(1.0), "partition 0 no longer reported");
     // The way out: the state topic again; partition 0 is rebuilt from its commands.
     let spec = ktimer::topics::TopicSpec {
         role: "state".into(),
