@@ -55,6 +55,7 @@
 //!   [`clock`]: the clock tests can pause.
 //! - [`topics`]: topic declarations (`topics/`) and `ktimer topics apply`.
 //! - [`service`]: wires one instance; [`client`]: `ktimer send` and `ktimer tail`;
+//!   [`check`]: `ktimer check`, the preflight of a deployment;
 //!   [`bench`]: `ktimer bench`, throughput and lateness against a pass-through baseline.
 //!
 //! Delivery is at-least-once and never early: a fire is claimed into an in-flight set
@@ -67,6 +68,7 @@ pub mod allow;
 pub mod apps;
 pub mod bench;
 pub mod catalog;
+pub mod check;
 pub mod client;
 pub mod clock;
 pub mod codec;

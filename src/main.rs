@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use ktimer::config::{Cli, Command, LogFormat, TopicsApplyArgs, TopicsCommand};
-use ktimer::{bench, client, service, shutdown, topics};
+use ktimer::{bench, check, client, service, shutdown, topics};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc: the profile of a loaded instance spent a quarter of its time in glibc's
@@ -40,6 +40,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Tail(args) => client::tail(args).await,
         Command::Timers(args) => ktimer::admin::cli::run(args).await,
         Command::Bench(args) => bench::run(args, shutdown::on_signals()).await,
+        Command::Check(args) => match check::run(args).await {
+            true => Ok(()),
+            false => std::process::exit(1),
+        },
     }
 }
 

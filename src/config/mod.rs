@@ -5,10 +5,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 mod bench;
+mod check;
 mod client;
 mod timers;
 
 pub use bench::{BenchArgs, BenchDue};
+pub use check::CheckArgs;
 pub use client::{SendArgs, SendFormat, SendKind, SendMisfire, TailArgs};
 pub use timers::{TimersAction, TimersArgs};
 
@@ -64,6 +66,10 @@ pub enum Command {
     /// Measure intake rate, fire rate, lateness and Redis memory per timer on fresh
     /// topics, against a pass-through baseline; writes a JSON report and a histogram.
     Bench(BenchArgs),
+    /// Check a deployment before the first timer: the broker, the topics (partitions,
+    /// compaction, retention), Redis (version, eviction policy, persistence) and the clock;
+    /// one line per check with ok, warn or fail and the fix. Exits 1 on a failure.
+    Check(CheckArgs),
 }
 
 /// `ktimer topics ...`

@@ -1,0 +1,135 @@
+//! `ktimer check` against a sound deployment and deliberately broken ones: the binary's
+//! lines and exit code, on a real broker and a real Redis.
+
+mod common;
+
+use common::world::World;
+use common::TestEnv;
+use std::process::Command;
+
+/// Runs `ktimer check` on `env`'s topics and the world's Redis: exit code and output.
+fn check(env: &TestEnv, w: &World) -> (i32, String) {
+    let k = &env.args.kafka;
+    let out = Command::new(env!("CARGO_BIN_EXE_ktimer"))
+        .args(["check", "--brokers", &w.servers().brokers])
+        .args(["--redis-url", &w.redis.url(), "--timeout-s", "10"])
+        .args(["--commands-topic", &k.commands_topic])
+        .args(["--results-topic", &k.results_topic])
+        .args(["--fired-topic", &k.fired_topic])
+        .args(["--dead-letter-topic", &k.dead_letter_topic])
+        .args(["--state-topic", &k.state_topic])
+        .env("KTIMER_LOG", "error")
+        .output()
+        .expect("ktimer check runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{text}");
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn spec(name: &str, configs: &[(&str, &str)]) -> ktimer::topics::TopicSpec {
+    ktimer::topics::TopicSpec {
+        role: "test".into(),
+        name: name.into(),
+        partitions: 4,
+        replication_factor: 1,
+        configs: configs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }
+}
+
+fn lines<'a>(text: &'a str, level: &str) -> Vec<&'a str> {
+    text.lines().filter(|l| l.starts_with(level)).collect()
+}
+
+/// Topics made by `ktimer topics apply` and a Redis that does not evict: no failure, exit
+/// 0 (the test Redis has no AOF: a warning). Then the broken ones: a state topic that is
+/// not compacted, a missing topic, an evicting Redis: each a `fail` line naming it and
+/// the fix, exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_passes_a_sound_deployment_and_names_what_is_broken() {
+    let w = World::start("check", false);
+    let good = TestEnv::named(&w.servers(), &common::unique("check"), 4, &[], false).await;
+    let k = &good.args.kafka;
+    let applied = Command::new(env!("CARGO_BIN_EXE_ktimer"))
+        .args(["topics", "apply", "--brokers", &w.servers().brokers])
+        .args([
+            "--commands-topic",
+            &k.commands_topic,
+            "--results-topic",
+            &k.results_topic,
+        ])
+        .args([
+            "--fired-topic",
+            &k.fired_topic,
+            "--dead-letter-topic",
+            &k.dead_letter_topic,
+        ])
+        .args(["--state-topic", &k.state_topic])
+        .output()
+        .expect("ktimer topics apply runs");
+    assert!(applied.status.success(), "{applied:?}");
+    let (code, text) = check(&good, &w);
+    assert_eq!(code, 0, "{text}");
+    assert!(lines(&text, "fail").is_empty(), "{text}");
+    assert!(
+        text.contains("compacted") && text.contains("noeviction"),
+        "{text}"
+    );
+    assert_eq!(lines(&text, "warn").len(), 1, "only the AOF: {text}");
+
+    // A state topic that deletes by age instead of compacting.
+    let plain = TestEnv::named(&w.servers(), &common::unique("check-plain"), 4, &[], false).await;
+    let k = &plain.args.kafka;
+    let topics = [
+        &k.commands_topic,
+        &k.results_topic,
+        &k.fired_topic,
+        &k.dead_letter_topic,
+    ];
+    let mut specs: Vec<_> = topics.iter().map(|t| spec(t, &[])).collect();
+    specs.push(spec(&k.state_topic, &[("cleanup.policy", "delete")]));
+    ktimer::topics::apply(&ktimer::kafka::client(k), &specs)
+        .await
+        .expect("topics");
+    let (code, text) = check(&plain, &w);
+    assert_eq!(code, 1, "{text}");
+    let fails = lines(&text, "fail");
+    assert!(
+        fails.len() == 1 && fails[0].contains("(state)") && fails[0].contains("cleanup.policy"),
+        "{text}"
+    );
+
+    // A topic missing.
+    let mut missing =
+        TestEnv::named(&w.servers(), &common::unique("check-gone"), 4, &[], false).await;
+    missing.args.kafka = good.args.kafka.clone();
+    missing.args.kafka.fired_topic = "check-never-created".into();
+    let (code, text) = check(&missing, &w);
+    assert_eq!(code, 1, "{text}");
+    let fails = lines(&text, "fail");
+    assert!(
+        fails.len() == 1 && fails[0].contains("check-never-created"),
+        "{text}"
+    );
+
+    // An evicting Redis.
+    let mut con = redis::Client::open(w.redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query(&mut con)
+        .unwrap();
+    let (code, text) = check(&good, &w);
+    assert_eq!(code, 1, "{text}");
+    let fails = lines(&text, "fail");
+    assert!(
+        fails.len() == 1 && fails[0].contains("allkeys-lru"),
+        "{text}"
+    );
+}
