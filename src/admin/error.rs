@@ -92,5 +92,5 @@ impl From<QueryRejection> for ApiError {
 
 /// The answer to any route the API does not have.
 pub async fn no_route() -> ApiError {
-    ApiError::not_found("no such route; see the README's admin API section")
+    ApiError::not_found("no such route; see the admin API in docs/operations.md")
 }

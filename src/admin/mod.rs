@@ -1,5 +1,5 @@
 //! The HTTP admin port: `/metrics` (Prometheus), `/healthz`, `/readyz`, `/status` (the
-//! partitions owned) and the admin API, JSON over HTTP (every route in the README):
+//! partitions owned) and the admin API, JSON over HTTP (every route in docs/operations.md):
 //! - [`timers`]: look-up, history, listing, counts per application, dead letters;
 //! - [`write`]: create, update, pause, resume, cancel and bulk actions, each a command on
 //!   the commands topic ([`commands`] sends it and waits for its result);

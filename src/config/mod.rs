@@ -103,7 +103,7 @@ pub struct KafkaArgs {
     )]
     pub dead_letter_topic: String,
     /// Compacted topic of timer states and checkpoints, partitioned like the commands
-    /// topic: Redis is rebuilt from it (README: delivery guarantee).
+    /// topic: Redis is rebuilt from it (docs/guarantees.md).
     #[arg(long, env = "KTIMER_STATE_TOPIC", default_value = "ktimer.state")]
     pub state_topic: String,
     /// Confluent schema registry URL; without it Avro uses single-object encoding.
@@ -215,11 +215,11 @@ pub struct RunArgs {
     /// A command that arrived in another partition than its key's: forward or reject it.
     #[arg(long, env = "KTIMER_MISROUTED", value_enum, default_value_t)]
     pub misrouted: crate::partitioner::Misrouted,
-    /// TOML file of the callback topics each application may deliver to (README: allow-list).
+    /// TOML file of the callback topics each application may deliver to (docs/commands.md: allow-list).
     #[arg(long, env = "KTIMER_CALLBACK_ALLOW_LIST", value_parser = crate::allow::AllowList::load)]
     pub callback_allow_list: Option<std::sync::Arc<crate::allow::AllowList>>,
     /// TOML file of per-application limits: delivery and intake rates, pending timers,
-    /// delivery attempts and backoff, callback topics (README: applications). Read again
+    /// delivery attempts and backoff, callback topics (docs/operations.md: applications). Read again
     /// on SIGHUP.
     #[arg(long, env = "KTIMER_APPLICATIONS", value_parser = crate::apps::Apps::load)]
     pub applications: Option<crate::apps::Apps>,

@@ -1,4 +1,4 @@
-// The ktimer console: a client of the admin API (the routes in the README), no build step.
+// The ktimer console: a client of the admin API (the routes in docs/operations.md), no build step.
 // Views (by URL hash): #/ applications and the timer list, #/timer/ID one timer with its
 // history and actions, #/dead dead letters with re-drive.
 'use strict';
