@@ -253,6 +253,7 @@ async fn an_instance_cut_from_the_broker_stops_and_its_queued_fires_never_follow
     let expected = spread("once", 100, t0 + 3_000, 9_000);
     load(&env, &mut got, &expected).await;
     let cut_at = now_ms();
+    let cpu_before = thread_cpu_ms(a.pid(), "ktimer-trigger");
     ns.cut_broker();
     eventually(MIN, "the other instance took the partition", || {
         let owned = b.status.borrow().owned.clone();
@@ -260,6 +261,15 @@ async fn an_instance_cut_from_the_broker_stops_and_its_queued_fires_never_follow
     })
     .await;
     let taken_at = now_ms();
+    // A trigger that may not claim must not spin meanwhile either.
+    // A trigger that may not claim must not spin meanwhile either (its thread's CPU;
+    // librdkafka's broker thread busies itself with the blackholed route).
+    let cpu = thread_cpu_ms(a.pid(), "ktimer-trigger") - cpu_before;
+    assert!(
+        cpu < 1_000,
+        "the cut instance's trigger used {cpu} ms of CPU in {} ms",
+        taken_at - cut_at
+    );
     let waiting = || b.metric("ktimer_partitions_waiting_previous_owner");
     eventually(
         Duration::from_secs(5),
@@ -313,7 +323,8 @@ async fn an_instance_cut_from_the_broker_stops_and_its_queued_fires_never_follow
     println!(
         "cut at +0; taken at +{} ms; cancels answered at +{} ms (link healed at +{} ms); \
          cron fires after the answers: {}; the cut instance's fires enqueued after the cut: \
-         {} (last enqueued at +{last_enqueued:?} ms, received at +{last_received:?} ms)",
+         {} (last enqueued at +{last_enqueued:?} ms, received at +{last_received:?} ms); \
+         its trigger's CPU from the cut to the take-over: {cpu} ms",
         taken_at - cut_at,
         answered_at - cut_at,
         heal_at - cut_at,
@@ -351,4 +362,26 @@ async fn an_instance_cut_from_the_broker_stops_and_its_queued_fires_never_follow
     }
     b.stop().await;
     drop(a);
+}
+
+/// CPU time (user and system) the threads named `name` of process `pid` used so far, ms.
+fn thread_cpu_ms(pid: u32, name: &str) -> i64 {
+    let mut ms = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process runs") {
+        let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap_or_default();
+        // `tid (comm) state ...`: utime and stime are the 12th and 13th fields after the
+        // name, in clock ticks (100 per second).
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if !head.ends_with(&format!("({name}")) {
+            continue;
+        }
+        let f: Vec<i64> = rest
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        ms += (f[10] + f[11]) * 10;
+    }
+    ms
 }

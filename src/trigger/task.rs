@@ -255,11 +255,18 @@ impl Trigger {
 
     /// Sleeps until the next send or claim time, a wake-up, a delivery, or shutdown.
     async fn wait(&mut self) {
-        // While a call runs, the next one waits for it (no claim time, no acks waiting).
+        // While a call runs, the next one waits for it (no claim time, no acks waiting);
+        // while the producer is stuck there is no claim to wait for (an answer, or the
+        // mark's refresh, wakes the task).
         let idle = self.call.is_none();
+        let claims = idle && !self.fence.stuck(self.sending.len());
         let until = wake_at(
             self.clock.now_ms(),
-            if idle { self.wake.claim_at() } else { i64::MAX },
+            if claims {
+                self.wake.claim_at()
+            } else {
+                i64::MAX
+            },
             self.ready.next_at(),
             self.cfg.max_idle_ms,
             idle && !self.acks.is_empty(),
