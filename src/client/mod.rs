@@ -1,4 +1,12 @@
-//! Client tools: `ktimer send` (produce commands) and `ktimer tail` (read what fired).
+//! Clients: a typed API for Rust programs ([`Command`] builders in `build`, a [`Client`]
+//! that sends them and awaits their results in `api`), and the command-line tools built on
+//! it: `ktimer send` (produce commands) and `ktimer tail` (read what fired).
+
+mod api;
+mod build;
+
+pub use api::{Client, ClientError, Sent};
+pub use build::Command;
 
 use crate::codec::Codec;
 use crate::command::{
@@ -12,40 +20,26 @@ use anyhow::Context;
 use rdkafka::config::FromClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use std::io::Read;
 use std::time::Duration;
 
-/// `ktimer send`: produces commands and prints where they went.
+/// `ktimer send`: produces commands and prints where they went (with `--wait-ms`, their
+/// results too), through [`Client`].
 pub async fn send(args: SendArgs) -> anyhow::Result<()> {
-    let codec = Codec::new(args.kafka.schema_registry_url.as_deref())?;
-    let producer: FutureProducer = kafka::producer(&args.kafka)
-        .create()
-        .context("creating the producer")?;
+    let mut client = Client::connect(&args.kafka).await?;
+    if args.format == SendFormat::Json {
+        client = client.json();
+    }
     let cmds = match &args.file {
         Some(path) => read_commands(path)?,
         None => commands_from_flags(&args)?,
     };
     let topic = &args.kafka.commands_topic;
-    let mut pending = Vec::with_capacity(cmds.len());
-    for cmd in &cmds {
-        let value = match args.format {
-            SendFormat::Avro => codec.encode_command(cmd, topic).await?,
-            SendFormat::Json => serde_json::to_vec(cmd)?,
-        };
-        let rec = FutureRecord::to(topic)
-            .key(cmd.timer_id.as_bytes())
-            .payload(&value);
-        match producer.send_result(rec) {
-            Ok(f) => pending.push(f),
-            Err((e, _)) => anyhow::bail!("sending {}: {e}", cmd.timer_id),
-        }
-    }
-    for (cmd, f) in cmds.iter().zip(pending) {
-        let d = crate::sink::delivered(f)
-            .await
-            .with_context(|| format!("sending {}", cmd.timer_id))?;
+    let sends = cmds.iter().map(|cmd| client.send(cmd));
+    let sent = futures::future::join_all(sends).await;
+    for (cmd, d) in cmds.iter().zip(sent) {
+        let d = d.with_context(|| format!("sending {}", cmd.timer_id))?;
         let due = match (cmd.at_ms, cmd.delay_ms) {
             (Some(at), _) => format!(" due={}", clock(at)),
             (None, Some(d)) => format!(" due=+{d}ms"),
