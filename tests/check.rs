@@ -9,9 +9,15 @@ use std::process::Command;
 
 /// Runs `ktimer check` on `env`'s topics and the world's Redis: exit code and output.
 fn check(env: &TestEnv, w: &World) -> (i32, String) {
+    check_with(env, w, &[])
+}
+
+/// Like [`check`], with more flags.
+fn check_with(env: &TestEnv, w: &World, extra: &[&str]) -> (i32, String) {
     let k = &env.args.kafka;
     let out = Command::new(env!("CARGO_BIN_EXE_ktimer"))
         .args(["check", "--brokers", &w.servers().brokers])
+        .args(extra)
         .args(["--redis-url", &w.redis.url(), "--timeout-s", "10"])
         .args(["--commands-topic", &k.commands_topic])
         .args(["--results-topic", &k.results_topic])
@@ -44,7 +50,8 @@ fn lines<'a>(text: &'a str, level: &str) -> Vec<&'a str> {
 }
 
 /// Topics made by `ktimer topics apply` and a Redis that does not evict: no failure, exit
-/// 0 (the test Redis has no AOF: a warning). Then the broken ones: a state topic that is
+/// 0 (the test Redis has no AOF: a warning); with a schema registry, its subjects are
+/// named (one missing: a warning) and one that does not answer is a failure. Then the broken ones: a state topic that is
 /// not compacted, a missing topic, an evicting Redis: each a `fail` line naming it and
 /// the fix, exit 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,6 +85,41 @@ async fn check_passes_a_sound_deployment_and_names_what_is_broken() {
         "{text}"
     );
     assert_eq!(lines(&text, "warn").len(), 1, "only the AOF: {text}");
+
+    // A schema registry with the commands topic's subject and not the results topic's.
+    let subjects = vec![format!("{}-value", k.commands_topic)];
+    let app = axum::Router::new().route(
+        "/subjects",
+        axum::routing::get(move || {
+            let s = subjects.clone();
+            async move { axum::Json(s) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (code, text) = check_with(&good, &w, &["--schema-registry-url", &url]);
+    assert_eq!(code, 0, "{text}");
+    let registered = format!(
+        "ok    schema registry subject {}-value: registered",
+        k.commands_topic
+    );
+    assert!(text.contains(&registered), "{text}");
+    let missing = format!(
+        "warn  schema registry subject {}-value: not registered",
+        k.results_topic
+    );
+    assert!(text.contains(&missing), "{text}");
+    // One that does not answer.
+    let gone = format!("http://127.0.0.1:{}", common::free_port());
+    let (code, text) = check_with(&good, &w, &["--schema-registry-url", &gone]);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        lines(&text, "fail")
+            .iter()
+            .any(|l| l.contains("schema registry")),
+        "{text}"
+    );
 
     // A state topic that deletes by age instead of compacting.
     let plain = TestEnv::named(&w.servers(), &common::unique("check-plain"), 4, &[], false).await;

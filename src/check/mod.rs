@@ -2,12 +2,14 @@
 //!
 //! It asks the broker ([`kafka`]: reachable, the topics present, the state topic
 //! partitioned like the commands topic and compacted, retention long enough) and Redis
-//! ([`redis`]: version, eviction policy, persistence, clock) what an instance would find,
+//! ([`redis`]: version, eviction policy, persistence, clock) and, when one is configured,
+//! the schema registry ([`registry`]: reachable, subjects registered) what an instance would find,
 //! and prints one line per check: `ok`, `warn` or `fail`, with the fix. The judging is
 //! pure (facts in, findings out) and unit-tested; only the gathering talks to servers.
 
 mod kafka;
 mod redis;
+mod registry;
 
 use crate::config::CheckArgs;
 
@@ -58,6 +60,11 @@ pub async fn run(args: CheckArgs) -> bool {
     let timeout = std::time::Duration::from_secs(args.timeout_s.max(1));
     let mut all = kafka::check(&args.kafka, timeout).await;
     all.extend(redis::check(&args.redis_url, timeout).await);
+    if let Some(url) = &args.kafka.schema_registry_url {
+        let k = &args.kafka;
+        let topics = [k.commands_topic.as_str(), k.results_topic.as_str()];
+        all.extend(registry::check(url, &topics, timeout).await);
+    }
     for f in &all {
         println!("{}", f.line());
     }
