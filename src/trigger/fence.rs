@@ -16,7 +16,7 @@
 //! land after the producer gave it up (the kernel retransmits it), and an instance cut
 //! from Redis as well cannot keep its mark: the next owner waits [`MARK_TTL`] only.
 
-use super::task::Sending;
+use super::task::{Sending, Trigger};
 use crate::store::Store;
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -78,6 +78,27 @@ impl Fence {
     /// Whether this trigger marked the partition since it started.
     pub fn ever_marked(&self) -> bool {
         self.marked.is_some()
+    }
+}
+
+impl Trigger {
+    /// Fires still in the producer keep the partition's drain mark until answered
+    /// ([`hold`]); a mark left from a stuck time that ended is removed.
+    pub(super) fn hand_over(&mut self) {
+        let (store, p, epoch) = (self.store.clone(), self.partition, self.epoch);
+        if !self.sending.is_empty() {
+            let sending = std::mem::take(&mut self.sending);
+            tokio::spawn(hold(store, p, epoch, sending));
+        } else if self.fence.ever_marked() {
+            tokio::spawn(async move { store.unmark_draining(p, epoch).await });
+        }
+    }
+
+    /// While the producer answers no fire, refreshes the partition's drain mark.
+    pub(super) fn mark_if_stuck(&mut self) {
+        if self.fence.mark_due(self.sending.len()) {
+            mark(&self.store, self.partition, self.epoch);
+        }
     }
 }
 

@@ -170,25 +170,6 @@ impl Trigger {
         tracing::info!(partition = p, "trigger stopped");
     }
 
-    /// Fires still in the producer keep the partition's drain mark until answered
-    /// ([`fence::hold`]); a mark left from a stuck time that ended is removed.
-    fn hand_over(&mut self) {
-        let (store, p, epoch) = (self.store.clone(), self.partition, self.epoch);
-        if !self.sending.is_empty() {
-            let sending = std::mem::take(&mut self.sending);
-            tokio::spawn(fence::hold(store, p, epoch, sending));
-        } else if self.fence.ever_marked() {
-            tokio::spawn(async move { store.unmark_draining(p, epoch).await });
-        }
-    }
-
-    /// While the producer answers no fire, refreshes the partition's drain mark.
-    fn mark_if_stuck(&mut self) {
-        if self.fence.mark_due(self.sending.len()) {
-            fence::mark(&self.store, self.partition, self.epoch);
-        }
-    }
-
     pub(super) fn push(&mut self, fire: Fire) {
         let at = fire.due_ms;
         self.held.insert(fire.member.clone());
