@@ -120,6 +120,11 @@ impl Applications {
         self.apps.keys().any(|n| n != "*")
     }
 
+    /// The applications the file names, with their settings (`"*"` included).
+    pub fn named(&self) -> impl Iterator<Item = (&str, &Settings)> {
+        self.apps.iter().map(|(n, s)| (n.as_str(), s))
+    }
+
     /// The callback allow-list the file's `callbacks` entries make, if any.
     pub fn callbacks(&self) -> Option<&AllowList> {
         self.callbacks.as_ref()

@@ -264,6 +264,11 @@ pub struct Claimed {
     /// Due members whose timer record was gone (evicted, or deleted outside ktimer):
     /// fires lost, counted so that an operator sees them.
     pub vanished: u64,
+    /// Whether the claim stopped at its limits (count or bytes): more may be due now.
+    pub full: bool,
+    /// Applications with fires parked in Redis after the claim (their quota was used
+    /// up), and how many each.
+    pub parked: Vec<(String, u64)>,
 }
 
 #[cfg(test)]

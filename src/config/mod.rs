@@ -193,6 +193,13 @@ pub struct RunArgs {
     /// Most fires claimed from Redis in one call.
     #[arg(long, env = "KTIMER_CLAIM_BATCH", default_value_t = 2000)]
     pub claim_batch: usize,
+    /// Most fires the instance holds in memory (claimed, not yet acknowledged); claims
+    /// wait while it is reached, the fires staying due in Redis.
+    #[arg(long, env = "KTIMER_MAX_HELD_FIRES", default_value_t = 50_000)]
+    pub max_held_fires: usize,
+    /// Most bytes of fires (payloads, headers, keys) the instance holds in memory.
+    #[arg(long, env = "KTIMER_MAX_HELD_BYTES", default_value_t = 64 << 20)]
+    pub max_held_bytes: usize,
     /// Longest a trigger sleeps without being woken (safety net, not a poll interval).
     #[arg(long, env = "KTIMER_MAX_IDLE_MS", default_value_t = 5000)]
     pub max_idle_ms: i64,

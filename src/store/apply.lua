@@ -4,7 +4,9 @@
 --       6 dirty set (timers changed since the last checkpoint, scored by the first
 --       command that changed them since), 7 deferred timers by due, 8 by first offset
 --       (checkpoint.lua), 9 live timers per application, 10 timers whose state the
---       caller writes (zset of ids by the first offset written, checkpoint.lua)
+--       caller writes (zset of ids by the first offset written, checkpoint.lua),
+--       11 parked index (claim.lua: the parked members of application APP are in
+--       KEYS[11] .. ':' .. APP)
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
 --       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
 --       6 defer ms, 7 the partition's key prefix (timer records, record.lua), 8 history
@@ -84,12 +86,17 @@ local function slice_add(d, member)
   end
 end
 
-local function slice_remove(d, member)
+-- Removes the pending member of a one-shot timer of application `app`: from its slice,
+-- else from the application's parked set (claim.lua), if it is there.
+local function slice_remove(d, member, app)
   local minute = math.floor(tonumber(d) / 60000)
   local skey = ARGV[3] .. minute
-  if redis.call('ZREM', skey, member) == 1 and redis.call('EXISTS', skey) == 0 then
+  local removed = redis.call('ZREM', skey, member)
+  if removed == 1 and redis.call('EXISTS', skey) == 0 then
     redis.call('ZREM', KEYS[3], minute)
     indexed[minute] = nil
+  elseif removed == 0 and app then
+    redis.call('ZREM', KEYS[11] .. ':' .. app, member)
   end
 end
 
@@ -247,7 +254,7 @@ local function apply_one(a)
   end
   -- Removes the pending member of a scheduled one-shot timer (cron members go lazily).
   if st == 'scheduled' and t.k ~= 'c' and t.due then
-    slice_remove(t.due, id)
+    slice_remove(t.due, id, t.a)
     redis.call('ZREM', KEYS[4], v .. ':' .. t.due .. ':' .. id)
   end
   rec_hist_push(t, entry(a, 'accepted'))

@@ -112,6 +112,7 @@ impl Store {
                 .key(k.deferred_offsets())
                 .key(k.apps())
                 .key(k.writing())
+                .key(k.parked())
                 .arg(first.epoch)
                 .arg(self.retention_ms)
                 .arg(k.slice_prefix())

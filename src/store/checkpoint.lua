@@ -9,7 +9,8 @@
 --       6 applied offset, 7 deferred timers by due, 8 deferred timers by first offset,
 --       9 acknowledgement counter, 10 checkpoint sequence, 11 timers whose state the
 --       intake writes (apply.lua; by the first command offset written), 12 dirty timers
---       waiting for such a write (by the first command offset that changed them)
+--       waiting for such a write (by the first command offset that changed them),
+--       13 parked index (claim.lua)
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix, 4 now ms, 5 most
 --       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
@@ -27,8 +28,8 @@
 --   (claimed, never acknowledged) is written;
 -- * a timer that ended before any of its states was written owes no tombstone (field p
 --   marks a timer whose state was written);
--- * the watermark is at most now, below the first pending slice member, and below the
---   first in-flight member not listed;
+-- * the watermark is at most now, below the first pending slice member, below the first
+--   parked member, and below the first in-flight member not listed;
 -- * a dirty timer whose state the intake is writing (KEYS[11]) is not answered (its
 --   record must not follow a later state of it): it moves to KEYS[12] until that write
 --   is confirmed (written.lua), so the next pages get past it and a checkpoint still
@@ -55,6 +56,12 @@ for i, m in ipairs(minutes) do
   if i == 16 then
     through = math.min(through, (tonumber(m) + 1) * 60000 - 1)
   end
+end
+-- Parked fires are pending fires (claim.lua); an index entry is never later than its
+-- set's first member.
+local parked = redis.call('ZRANGE', KEYS[13], 0, 0, 'WITHSCORES')
+if #parked > 0 then
+  through = math.min(through, tonumber(parked[2]) - 1)
 end
 local listed = tonumber(ARGV[6])
 local flight = redis.call('ZRANGE', KEYS[5], 0, listed, 'WITHSCORES')

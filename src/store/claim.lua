@@ -2,14 +2,25 @@
 -- minute slices into the in-flight set, in one atomic step, so a crash between claim and
 -- delivery never loses them (whoever owns the partition next re-drives the in-flight set).
 -- KEYS: 1 epoch, 2 slice index, 3 in-flight set, 4 cron index, 5 dirty set,
---       6 checkpoint sequence, 7 live timers per application, 8 replay fence
--- ARGV: 1 expected epoch, 2 claim fires due <= this ms, 3 max fires, 4 slice key prefix,
+--       6 checkpoint sequence, 7 live timers per application, 8 replay fence,
+--       9 parked index (applications with parked members, by their first due; the
+--       parked members of application APP are in zset KEYS[9] .. ':' .. APP)
+-- ARGV: 1 expected epoch, 2 claim fires due <= this ms, 3 max members read, 4 slice key prefix,
 --       5 the partition's key prefix (timer records, record.lua), 6 occurrences due
 --       before this ms were missed, 7 now ms, 8 retention ms, 9 the oldest checkpoint
---       sequence Redis may hold
--- Returns {next due ms or '', vanished, member, definition, member, definition, ...}, or
--- {'fenced'}; a member is the in-flight member "version:due:id"; `vanished` counts slice
--- members whose timer record was gone (evicted, or deleted outside ktimer): lost fires.
+--       sequence Redis may hold, 10 most bytes of definitions to answer, 11.. pairs of
+--       application and the most fires of it to take (its quota; others: no quota)
+-- Returns {next due ms or '', vanished, full, n, n pairs of application and parked
+-- members left, member, definition, member, definition, ...}, or {'fenced'}; a member
+-- is the in-flight member "version:due:id"; `vanished` counts slice members whose timer
+-- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
+-- the claim stopped at its limits (more may be due).
+-- Parking (a paced application's backlog stays in Redis, not in the trigger's memory):
+-- a due member of an application whose quota is used up moves, as it is, to that
+-- application's parked set (scored by its slice score); a claim takes each
+-- application's parked members first, oldest first, up to its quota (an application
+-- with no quota any more: up to the limit). A parked member is validated when it is
+-- taken, as if it were taken from its slice (one-shot: in the minute of its score).
 -- Members of timers that were paused, cancelled or changed (older version, or a one-shot
 -- timer now due in another minute) are dropped.
 -- Cron members also obey the timer's maximum number of fires and its misfire policy
@@ -28,11 +39,48 @@ rec_init(ARGV[5], ARGV[8], KEYS[7])
 local upto = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
-local out = {'', '0'}
+local bytes_left = tonumber(ARGV[10])
+local out = {}
 local n = 0
 local vanished = 0
 -- (score, member) pairs to add to the in-flight set.
 local flight = {}
+-- Quotas left per application; (score, member) pairs to park per application.
+local quota, parked = {}, {}
+for i = 11, #ARGV, 2 do
+  quota[ARGV[i]] = tonumber(ARGV[i + 1])
+end
+
+-- The quota left of `app`: its own, else the default (application '*'), else nil.
+local function quota_of(app)
+  local q = quota[app]
+  if q == nil and quota['*'] then
+    q = quota['*']
+    quota[app] = q
+  end
+  return q
+end
+
+-- Whether a fire of `app` must be parked (its quota is used up).
+local function over(app)
+  local q = quota_of(app)
+  return q ~= nil and q <= 0
+end
+
+-- Parks `member` (slice score `score`) of `app`.
+local function park(app, score, member)
+  local p = parked[app] or {}
+  parked[app] = p
+  p[#p + 1] = score
+  p[#p + 1] = member
+end
+
+-- A fire of `app` was taken: one less in its quota.
+local function took(app)
+  if quota[app] then
+    quota[app] = quota[app] - 1
+  end
+end
 
 -- The replay fence a rebuild left (keys.rs replay_fence): the restored checkpoint's
 -- applied offset and fire watermark.
@@ -70,14 +118,19 @@ local function cron_take(t, due, id)
   return take
 end
 
--- The in-flight member of slice member `member` of minute `m` and the timer's definition
--- when it fires, else nil.
-local function take(member, m)
+-- The in-flight member of slice member `member` (score `score`) of minute `m` and the
+-- timer's definition when it fires, else nil (also when it was parked).
+local function take(member, m, score)
   if string.byte(member, 1) ~= 1 then
     -- A one-shot timer: read raw (the hot path).
     local a, where, h = rec_raw(member)
     if not a then
       vanished = vanished + 1
+      return nil
+    end
+    local app = rec_app_raw(a)
+    if over(app) then
+      park(app, score, member)
       return nil
     end
     local due = a[REC_DUE]
@@ -87,9 +140,10 @@ local function take(member, m)
         if a[REC_P] then
           redis.call('ZADD', KEYS[5], 'NX', 'inf', member)
         end
-        rec_done_raw(member, rec_app_raw(a), a, where, h, 'fired', nil)
+        rec_done_raw(member, app, a, where, h, 'fired', nil)
         return nil
       end
+      took(app)
       return f, rec_def(a[REC_D])
     end
     return nil
@@ -106,6 +160,12 @@ local function take(member, m)
     -- An extra fire (FIRE_NOW): delivered whatever the timer's state, while Redis holds it.
     local a = rec_raw(id)
     if a and a[REC_D] then
+      local app = rec_app_raw(a)
+      if over(app) then
+        park(app, score, member)
+        return nil
+      end
+      took(app)
       return string.sub(member, 2), rec_def(a[REC_D])
     end
     return nil
@@ -115,14 +175,65 @@ local function take(member, m)
     vanished = vanished + 1
     return nil
   end
+  if t.v == ver and t.st == 'scheduled' and over(t.a) then
+    park(t.a, score, member)
+    return nil
+  end
   if t.v == ver and t.st == 'scheduled' and t.k == 'c' and cron_take(t, due, id) then
+    took(t.a)
     return string.sub(member, 2), t.d
   end
   return nil
 end
 
+-- Takes the members of `items` ((member, score) pairs read from `key`, a slice of minute
+-- `m` or, with m nil, a parked set, and already removed from it) until the limits; those
+-- left over go back to `key`.
+local function take_all(items, key, m)
+  for i = 1, #items, 2 do
+    if n >= limit or bytes_left <= 0 then
+      for j = i, #items, 2 do
+        redis.call('ZADD', key, items[j + 1], items[j])
+      end
+      return
+    end
+    n = n + 1
+    local score = items[i + 1]
+    local member, def = take(items[i], m or math.floor(tonumber(score) / 60000), score)
+    if member then
+      bytes_left = bytes_left - #def
+      flight[#flight + 1] = score
+      flight[#flight + 1] = member
+      out[#out + 1] = member
+      out[#out + 1] = def
+    end
+  end
+end
+
+-- Parked members first: they were due before what the slices hold of their application.
+for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
+  local pkey = KEYS[9] .. ':' .. app
+  local q = math.min(quota_of(app) or limit, limit - n)
+  if q > 0 and bytes_left > 0 then
+    local items = redis.call('ZRANGE', pkey, 0, q - 1, 'WITHSCORES')
+    if #items > 0 then
+      redis.call('ZREMRANGEBYRANK', pkey, 0, #items / 2 - 1)
+    end
+    take_all(items, pkey, nil)
+  end
+  local head = redis.call('ZRANGE', pkey, 0, 0, 'WITHSCORES')
+  if #head > 0 then
+    redis.call('ZADD', KEYS[9], head[2], app)
+  else
+    redis.call('ZREM', KEYS[9], app)
+  end
+end
+
 local minutes = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', math.floor(upto / 60000))
 for _, m in ipairs(minutes) do
+  if n >= limit or bytes_left <= 0 then
+    break
+  end
   local skey = ARGV[4] .. m
   local items = redis.call('ZRANGEBYSCORE', skey, '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit - n)
   -- One removal per slice and one ZADD per call, not one per member (a call from Lua
@@ -131,22 +242,17 @@ for _, m in ipairs(minutes) do
   if #items > 0 then
     redis.call('ZREMRANGEBYRANK', skey, 0, #items / 2 - 1)
   end
-  for i = 1, #items, 2 do
-    n = n + 1
-    local member, def = take(items[i], m)
-    if member then
-      flight[#flight + 1] = items[i + 1]
-      flight[#flight + 1] = member
-      out[#out + 1] = member
-      out[#out + 1] = def
-    end
-  end
+  take_all(items, skey, m)
   if redis.call('EXISTS', skey) == 0 then
     redis.call('ZREM', KEYS[2], m)
   end
-  if n >= limit then
-    break
+end
+for app, p in pairs(parked) do
+  local pkey = KEYS[9] .. ':' .. app
+  for i = 1, #p, 1000 do
+    redis.call('ZADD', pkey, unpack(p, i, math.min(i + 999, #p)))
   end
+  redis.call('ZADD', KEYS[9], 'LT', p[1], app)
 end
 for i = 1, #flight, 1000 do
   redis.call('ZADD', KEYS[3], unpack(flight, i, math.min(i + 999, #flight)))
@@ -154,22 +260,33 @@ end
 -- The next due time: the first member of the first non-empty slice. Commands remove
 -- the entries of the slices they empty, so empty entries are rare; should more than a
 -- bounded number lead, the answer is 'look again now' rather than 'nothing is due'.
+local next_due = ''
 for i = 1, 257 do
   local first = redis.call('ZRANGE', KEYS[2], 0, 0)
   if #first == 0 then
     break
   end
   if i == 257 then
-    out[1] = ARGV[2]
+    next_due = ARGV[2]
     break
   end
   local head = redis.call('ZRANGE', ARGV[4] .. first[1], 0, 0, 'WITHSCORES')
   if #head > 0 then
-    out[1] = head[2]
+    next_due = head[2]
     break
   end
   redis.call('ZREM', KEYS[2], first[1])
 end
 rec_flush()
-out[2] = tostring(vanished)
-return out
+local full = (n >= limit or bytes_left <= 0) and '1' or '0'
+local head = {next_due, tostring(vanished), full}
+local apps = redis.call('ZRANGE', KEYS[9], 0, -1)
+head[4] = tostring(#apps)
+for _, app in ipairs(apps) do
+  head[#head + 1] = app
+  head[#head + 1] = tostring(redis.call('ZCARD', KEYS[9] .. ':' .. app))
+end
+for i = 1, #out do
+  head[#head + 1] = out[i]
+end
+return head

@@ -10,12 +10,17 @@ use crate::timer::{Claimed, Fire};
 const RECOVER_PAGE: usize = 500;
 
 /// What one claim asks for.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ClaimWindow {
     /// Fires due at or before this instant.
     pub upto_ms: i64,
-    /// At most this many.
+    /// At most this many members read (taken, dropped as stale, or parked).
     pub limit: usize,
+    /// Stop once the definitions answered reach this many bytes.
+    pub max_bytes: usize,
+    /// The most fires of each paced application to take; its due fires beyond that are
+    /// parked in Redis (`claim.lua`). Other applications have no quota.
+    pub quotas: Vec<(String, usize)>,
     /// Cron occurrences due before this were missed: their misfire policy decides.
     pub missed_before_ms: i64,
     /// Now.
@@ -43,6 +48,7 @@ impl Store {
             .key(k.checkpoint())
             .key(k.apps())
             .key(k.replay_fence())
+            .key(k.parked())
             .arg(epoch)
             .arg(w.upto_ms)
             .arg(w.limit)
@@ -51,24 +57,13 @@ impl Store {
             .arg(w.missed_before_ms)
             .arg(w.now_ms)
             .arg(self.retention_ms)
-            .arg(w.checkpoint);
+            .arg(w.checkpoint)
+            .arg(w.max_bytes);
+        for (app, quota) in &w.quotas {
+            inv.arg(app).arg(quota);
+        }
         let reply: Vec<Vec<u8>> = self.listed("claim", partition, &inv).await?;
-        let mut it = reply.into_iter();
-        let head = it.next().unwrap_or_default();
-        let next_due_ms = std::str::from_utf8(&head)
-            .ok()
-            .and_then(|s| s.parse::<f64>().ok())
-            .map(|f| f as i64);
-        let vanished = it.next().unwrap_or_default();
-        let vanished = std::str::from_utf8(&vanished)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| bad_reply("claim: no count of vanished members"))?;
-        Ok(Claimed {
-            fires: parse_fires(it)?,
-            next_due_ms,
-            vanished,
-        })
+        parse_claimed(reply)
     }
 
     /// One page of the in-flight members of `partition` from ZSCAN `cursor`: the next
@@ -149,6 +144,37 @@ impl Store {
     }
 }
 
+/// Parses a claim's reply (see claim.lua).
+fn parse_claimed(reply: Vec<Vec<u8>>) -> Result<Claimed, StoreError> {
+    let mut it = reply.into_iter();
+    let mut text = |what: &str| {
+        let v = it
+            .next()
+            .ok_or_else(|| bad_reply(format!("claim: no {what}")))?;
+        String::from_utf8(v).map_err(bad_reply)
+    };
+    let next_due_ms = text("next due")?.parse::<f64>().ok().map(|f| f as i64);
+    let number = |s: String, what: &str| {
+        s.parse::<u64>()
+            .map_err(|_| bad_reply(format!("claim: bad {what} {s:?}")))
+    };
+    let vanished = number(text("count of vanished members")?, "vanished")?;
+    let full = text("full")? == "1";
+    let apps = number(text("count of parked applications")?, "count")?;
+    let mut parked = Vec::new();
+    for _ in 0..apps {
+        let app = text("parked application")?;
+        parked.push((app, number(text("parked count")?, "parked count")?));
+    }
+    Ok(Claimed {
+        fires: parse_fires(it)?,
+        next_due_ms,
+        vanished,
+        full,
+        parked,
+    })
+}
+
 /// Parses `member, definition` pairs (member `version:due:id`) into fires.
 fn parse_fires(mut it: impl Iterator<Item = Vec<u8>>) -> Result<Vec<Fire>, StoreError> {
     let mut out = Vec::new();
@@ -204,5 +230,34 @@ mod tests {
         }
         assert!(parse_fires(vec![b"1:2:id".to_vec(), b"\xff".to_vec()].into_iter()).is_err());
         assert!(parse_fires(std::iter::empty()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_claim_reply_says_what_is_parked() {
+        let stored = codec::encode_stored(&TimerDef::default()).unwrap();
+        let b = |s: &str| s.as_bytes().to_vec();
+        let reply = vec![
+            b("61000"),
+            b("2"),
+            b("1"),
+            b("2"),
+            b("paced"),
+            b("40"),
+            b("slow"),
+            b("3"),
+            b("7:5000:x"),
+            stored,
+        ];
+        let c = parse_claimed(reply).unwrap();
+        assert_eq!(c.next_due_ms, Some(61_000));
+        assert_eq!((c.vanished, c.full), (2, true));
+        assert_eq!(c.parked, vec![("paced".into(), 40), ("slow".into(), 3)]);
+        assert_eq!(c.fires.len(), 1);
+        let none = parse_claimed(vec![b(""), b("0"), b("0"), b("0")]).unwrap();
+        assert_eq!(
+            (none.next_due_ms, none.full, none.fires.len()),
+            (None, false, 0)
+        );
+        assert!(parse_claimed(vec![b(""), b("0"), b("0"), b("1"), b("a")]).is_err());
     }
 }

@@ -41,6 +41,17 @@ impl Keys {
     pub fn index(&self) -> String {
         self.key("idx")
     }
+    /// Applications with parked fires, by the first due of their parked set (zset).
+    /// A paced application's due fires over its quota wait in Redis, not in the
+    /// trigger's memory (`claim.lua`).
+    pub fn parked(&self) -> String {
+        self.key("pk")
+    }
+    /// The parked fires of `app` (zset of slice members by slice score): the scripts
+    /// derive it the same way, `KEYS[i] .. ':' .. app` from [`Keys::parked`].
+    pub fn parked_of(&self, app: &str) -> String {
+        format!("{}:{app}", self.parked())
+    }
     /// Fires claimed and not yet acknowledged (zset).
     pub fn inflight(&self) -> String {
         self.key("inflight")
@@ -207,6 +218,8 @@ mod tests {
             k.format(),
             k.replay_fence(),
             k.states(),
+            k.parked(),
+            k.parked_of("orders"),
             k.timer("x"),
         ] {
             assert!(key.starts_with("kt:{cmds:3}:"), "{key}");

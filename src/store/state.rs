@@ -144,6 +144,7 @@ impl Store {
             .key(k.checkpoint())
             .key(k.writing())
             .key(k.blocked())
+            .key(k.parked())
             .arg(epoch)
             .arg(k.base())
             .arg(k.slice_prefix())

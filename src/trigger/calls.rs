@@ -9,7 +9,9 @@
 //! acknowledge kept, the in-flight set read again after a claim whose outcome is unknown).
 
 use super::delivery::acked_member;
-use super::task::{next_claim, Trigger};
+use super::paced;
+use super::plan::next_claim;
+use super::task::Trigger;
 use crate::store::{ClaimWindow, StoreError};
 use crate::timer::Claimed;
 use std::future::Future;
@@ -53,10 +55,16 @@ impl Trigger {
         }
         let now = self.clock.now_ms();
         let acks = !self.acks.is_empty();
+        let apps = self.cfg.apps.current();
+        if paced::refill_due(&apps, self.cfg.partitions, &self.held, &self.parked) {
+            self.wake.plan(now);
+        }
         // A producer that answers no fire gets no more (`fence`): the fires stay due in
-        // Redis, for this trigger once it answers again or for the next owner.
+        // Redis, for this trigger once it answers again or for the next owner. Nor does
+        // a trigger before its take-over is done, or while the budget has no room.
         let stuck = self.fence.stuck(self.sending.len());
-        let claim_due = self.wake.claim_at() <= now && !(self.claimed_last && acks) && !stuck;
+        let may = !stuck && self.recovered && self.held.budget().has_room();
+        let claim_due = self.wake.claim_at() <= now && !(self.claimed_last && acks) && may;
         if claim_due && self.wake.take_if_due(now) {
             self.claimed_last = true;
             self.claim_stamp = self.gate.stamp();
@@ -85,9 +93,12 @@ impl Trigger {
     /// The claim of what is due within the claim margin ([`super::wake::Wake::ahead`]).
     fn claim_call(&self, now: i64) -> Call {
         let c = &self.cfg;
+        let (fires, bytes) = self.held.budget().room();
         let window = ClaimWindow {
             upto_ms: now + self.wake.ahead(),
-            limit: c.claim_batch,
+            limit: c.claim_batch.min(fires),
+            max_bytes: bytes,
+            quotas: paced::quotas(&c.apps.current(), c.partitions, &self.held),
             missed_before_ms: now - c.misfire_threshold_ms,
             now_ms: now,
             checkpoint: c.checkpoint.floor(now),
@@ -140,6 +151,7 @@ impl Trigger {
                         // A claim whose reply was lost (a timeout) may still have moved
                         // fires in flight: read the in-flight set again before the next.
                         self.recovered = false;
+                        self.recover_cursor = 0;
                         return Err(e);
                     }
                 };
@@ -149,9 +161,8 @@ impl Trigger {
                     tracing::error!(partition = self.partition, fires = claimed.vanished,
                         "due fires lost: their timer records are gone from Redis (evicted, or deleted outside ktimer)");
                 }
-                let c = &self.cfg;
-                let full = claimed.fires.len() >= c.claim_batch;
-                let next = next_claim(now_ms, self.wake.ahead(), claimed.next_due_ms, full);
+                let next = next_claim(now_ms, self.wake.ahead(), claimed.next_due_ms, claimed.full);
+                self.parked = claimed.parked;
                 claimed.fires.into_iter().for_each(|f| self.push(f));
                 self.wake.plan(next);
             }

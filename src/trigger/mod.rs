@@ -15,17 +15,26 @@
 //! or cancel applied after the claim makes it stale) and the [`lease::Lease`] (a frozen
 //! instance that lost its partition does not produce it).
 //!
-//! Files: [`wake`] (when to claim), [`gate`] (stale fires), [`lease`] (fencing between
-//! Redis calls), [`fence`] (a producer that stopped answering: no claims, and the next
-//! owner waits for what it holds), `ready` (fires waiting for their send time), `delivery` (send, retry or
-//! dead letter), `calls` (claims and acknowledgements beside the sending), `task` (the
-//! loop).
+//! What a trigger holds in memory is bounded: the instance's [`budget::Budget`] (fires
+//! and bytes) gates every claim and take-over, and a rate-limited application's due
+//! backlog beyond a few seconds of its pace stays parked in Redis (`paced`).
+//!
+//! Files: [`wake`] (when to claim), `plan` (the claim and wake times, pure), [`gate`]
+//! (stale fires), [`lease`] (fencing between Redis calls), [`fence`] (a producer that
+//! stopped answering: no claims, and the next owner waits for what it holds),
+//! [`budget`] (the bound on held fires), `paced` (the quotas of paced applications),
+//! `ready` (fires waiting for their send time), `delivery` (send, retry or dead letter),
+//! `calls` (claims and acknowledgements beside the sending), `recover` (the take-over of
+//! the in-flight set), `task` (the loop).
 
+pub mod budget;
 mod calls;
 mod delivery;
 pub mod fence;
 pub mod gate;
 pub mod lease;
+mod paced;
+mod plan;
 mod ready;
 mod recover;
 mod task;
@@ -75,6 +84,8 @@ pub struct TriggerConfig {
     pub apps: Apps,
     /// Partitions of the commands topic (each takes an even share of a rate limit).
     pub partitions: i32,
+    /// The instance's bound on fires held in memory, shared by its triggers.
+    pub budget: Arc<budget::Budget>,
 }
 
 impl From<&RunArgs> for TriggerConfig {
@@ -95,6 +106,7 @@ impl From<&RunArgs> for TriggerConfig {
             checkpoint: Arc::default(),
             apps: a.applications.clone().unwrap_or_default(),
             partitions: 1,
+            budget: budget::Budget::new(a.max_held_fires, a.max_held_bytes),
         }
     }
 }

@@ -7,12 +7,18 @@ use crate::store::StoreError;
 
 impl Trigger {
     /// Queues every in-flight fire this trigger does not hold, reading the set in ZSCAN
-    /// pages (a member in flight for the whole scan is seen at least once).
-    pub(super) async fn recover(&mut self) -> Result<(), StoreError> {
+    /// pages (a member in flight for the whole scan is seen at least once). Pauses
+    /// while the budget has no room (the next call goes on from there): returns whether
+    /// the whole set was read.
+    pub(super) async fn recover(&mut self) -> Result<bool, StoreError> {
         let now = self.clock.now_ms();
         let missed_before = now - self.cfg.misfire_threshold_ms;
-        let (mut cursor, mut taken) = (0, 0);
+        let (mut cursor, mut taken) = (self.recover_cursor, 0);
         loop {
+            if !self.held.budget().has_room() {
+                self.recover_cursor = cursor;
+                return Ok(false);
+            }
             let (next, members) = self.store.in_flight_page(self.partition, cursor).await?;
             let mut fresh: Vec<String> = members
                 .into_iter()
@@ -32,6 +38,7 @@ impl Trigger {
             }
             cursor = next;
         }
+        self.recover_cursor = 0;
         if taken > 0 {
             tracing::info!(
                 partition = self.partition,
@@ -39,6 +46,6 @@ impl Trigger {
                 "re-driving in-flight fires"
             );
         }
-        Ok(())
+        Ok(true)
     }
 }

@@ -1,8 +1,10 @@
 //! The trigger task: recover, then claim, send and acknowledge until stopped.
 
+use super::budget::Held;
 use super::calls::{finished, Call, Done};
 use super::fence::{self, Fence};
 use super::lease::Lease;
+use super::plan::wake_at;
 use super::ready::{Pending, Ready};
 use super::{Gate, TriggerConfig, Wake};
 use crate::clock::Clock;
@@ -16,7 +18,6 @@ use crate::timer::Fire;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge};
-use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,6 +25,9 @@ use std::time::Duration;
 
 /// A delivery in progress: resolves with the fire and the broker's answer.
 pub(super) type Sending = Pin<Box<dyn Future<Output = (Pending, Result<(), SinkError>)> + Send>>;
+
+/// How often the gate forgets timers the trigger holds no fire of, at most, ms.
+const PRUNE_EVERY_MS: i64 = 200;
 
 /// Metric handles of one trigger, resolved once, off the per-fire path.
 pub(super) struct Handles {
@@ -78,9 +82,17 @@ pub(super) struct Trigger {
     /// Whether the in-flight set was read since the last call whose outcome is unknown
     /// (the first step takes over what a previous owner left).
     pub recovered: bool,
-    /// Members this trigger holds (queued, sending, or delivered and not yet
-    /// acknowledged): a re-read of the in-flight set skips them.
-    pub held: HashSet<String>,
+    /// Fires this trigger holds (queued, sending, or delivered and not yet
+    /// acknowledged), counted against the instance's budget: a re-read of the in-flight
+    /// set skips them.
+    pub held: Held,
+    /// Where the next page of the in-flight set's take-over starts (it pauses while the
+    /// budget has no room).
+    pub recover_cursor: u64,
+    /// Applications with fires parked in Redis, and how many, after the last claim.
+    pub parked: Vec<(String, u64)>,
+    /// When the gate was last pruned, Unix ms.
+    pub pruned_ms: i64,
     /// Per-application delivery rate limits: this partition's share.
     pub pacer: Pacer,
     /// Fires per application (bounded labels: see [`crate::apps::Applications::label`]).
@@ -110,6 +122,7 @@ impl Trigger {
         let retry = Retry::new("trigger", &token)
             .partition(partition)
             .counting(metrics.redis_errors.with_label_values(&["trigger"]));
+        let budget = cfg.budget.clone();
         Trigger {
             m: Handles::new(metrics, partition),
             lease: Lease::new(cfg.lease),
@@ -129,7 +142,10 @@ impl Trigger {
             acks: Vec::new(),
             undeliverable: 0,
             recovered: false,
-            held: HashSet::new(),
+            held: Held::new(budget),
+            recover_cursor: 0,
+            parked: Vec::new(),
+            pruned_ms: 0,
             pacer: Pacer::default(),
             app_fires: metrics.app_fires.clone(),
             call: None,
@@ -172,7 +188,11 @@ impl Trigger {
 
     pub(super) fn push(&mut self, fire: Fire) {
         let at = fire.due_ms;
-        self.held.insert(fire.member.clone());
+        let apps = self.cfg.apps.current();
+        let paced = apps.of(&fire.def.application).fires_per_second.is_some();
+        if !self.held.insert(&fire, paced) {
+            return;
+        }
         let pending = Pending {
             fired_ms: 0,
             fire,
@@ -197,8 +217,7 @@ impl Trigger {
             return Err(e);
         }
         if !self.recovered {
-            self.recover().await?;
-            self.recovered = true;
+            self.recovered = self.recover().await?;
         }
         self.send_due().await?;
         self.take_answers();
@@ -222,9 +241,12 @@ impl Trigger {
         Ok(())
     }
 
-    /// Takes the broker's answers that arrived and prunes the gate.
+    /// Takes the broker's answers that arrived and prunes the gate (at most every
+    /// [`PRUNE_EVERY_MS`]: a pruning reads every held fire).
     fn take_answers(&mut self) {
-        if !self.gate.is_empty() {
+        let now = self.clock.now_ms();
+        if !self.gate.is_empty() && now - self.pruned_ms >= PRUNE_EVERY_MS {
+            self.pruned_ms = now;
             let claiming = self.call.is_some() && self.claimed_last;
             let claim = claiming.then_some(self.claim_stamp);
             self.gate.prune(&self.ready.timer_ids(), claim);
@@ -238,20 +260,30 @@ impl Trigger {
     async fn wait(&mut self) {
         // While a call runs, the next one waits for it (no claim time, no acks waiting);
         // while the producer is stuck there is no claim to wait for (an answer, or the
-        // mark's refresh, wakes the task).
+        // mark's refresh, wakes the task); nor while the budget has no room (fires given
+        // back, here or by another trigger, wake it). A take-over with room goes on now.
+        let budget = self.held.budget().clone();
+        let freed = budget.freed();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
+        let room = budget.has_room();
         let idle = self.call.is_none();
-        let claims = idle && !self.fence.stuck(self.sending.len());
-        let until = wake_at(
-            self.clock.now_ms(),
-            if claims {
-                self.wake.claim_at()
-            } else {
-                i64::MAX
-            },
-            self.ready.next_at(),
-            self.cfg.max_idle_ms,
-            idle && !self.acks.is_empty(),
-        );
+        let claims = idle && room && self.recovered && !self.fence.stuck(self.sending.len());
+        let until = if room && !self.recovered {
+            self.clock.now_ms()
+        } else {
+            wake_at(
+                self.clock.now_ms(),
+                if claims {
+                    self.wake.claim_at()
+                } else {
+                    i64::MAX
+                },
+                self.ready.next_at(),
+                self.cfg.max_idle_ms,
+                idle && !self.acks.is_empty(),
+            )
+        };
         let clock = self.clock.clone();
         let waiting = !self.sending.is_empty();
         tokio::select! {
@@ -261,6 +293,7 @@ impl Trigger {
             Some((p, r)) = self.sending.next(), if waiting => self.delivered(p, r),
             done = finished(&mut self.call) => self.call_done(done),
             _ = tokio::time::sleep(fence::MARK_EVERY), if waiting => {}
+            _ = &mut freed, if !room => {}
         }
         self.mark_if_stuck();
     }
@@ -316,76 +349,5 @@ impl Trigger {
         }
         let done = self.ack_call().await;
         self.finish_call(done)
-    }
-}
-
-/// When to claim next after a claim at `now_ms` that took everything due within
-/// `ahead_ms` (all of it unless `full`): `ahead_ms` before the next fire is due, but not
-/// sooner than half of `ahead_ms` from now, so a steady stream of fires is claimed in
-/// batches of half the window, each at least half the window ahead of its due time
-/// (the next fire is due after `now_ms + ahead_ms`), not one claim per millisecond.
-/// A full batch claims again at once; nothing left, never (until woken).
-pub(super) fn next_claim(now_ms: i64, ahead_ms: i64, next_due: Option<i64>, full: bool) -> i64 {
-    match next_due {
-        _ if full => now_ms,
-        Some(d) => (d - ahead_ms).max(now_ms + ahead_ms / 2),
-        None => i64::MAX,
-    }
-}
-
-/// When the trigger must look again: the planned claim, the next send, or `max_idle_ms`
-/// from now, whichever comes first; now if acknowledgements are waiting.
-pub(super) fn wake_at(
-    now_ms: i64,
-    claim_at: i64,
-    send_at: Option<i64>,
-    max_idle_ms: i64,
-    acks_waiting: bool,
-) -> i64 {
-    if acks_waiting {
-        return now_ms;
-    }
-    let idle = now_ms.saturating_add(max_idle_ms);
-    claim_at.min(send_at.unwrap_or(i64::MAX)).min(idle)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{next_claim, wake_at};
-
-    #[test]
-    fn a_steady_stream_is_claimed_half_a_window_at_a_time() {
-        // Claimed up to 1,100 at 1,000; the next fire is due at 1,101.
-        assert_eq!(next_claim(1_000, 100, Some(1_101), false), 1_050);
-        for d in 1_101..1_500 {
-            let at = next_claim(1_000, 100, Some(d), false);
-            assert!(
-                d - at >= 50,
-                "due {d} claimed at {at}: less than half the window ahead"
-            );
-            assert!(
-                at >= 1_050,
-                "due {d} claimed at {at}: sooner than half the window"
-            );
-        }
-        assert_eq!(next_claim(1_000, 100, Some(5_000), false), 4_900);
-        assert_eq!(next_claim(1_000, 100, Some(1_101), true), 1_000);
-        assert_eq!(next_claim(1_000, 100, None, false), i64::MAX);
-    }
-
-    #[test]
-    fn the_trigger_looks_again_at_the_first_thing_due() {
-        assert_eq!(wake_at(1_000, 1_500, Some(1_200), 5_000, false), 1_200);
-        assert_eq!(wake_at(1_000, 1_100, Some(1_200), 5_000, false), 1_100);
-        assert_eq!(
-            wake_at(1_000, i64::MAX, None, 5_000, false),
-            6_000,
-            "idle safety net"
-        );
-        assert_eq!(
-            wake_at(1_000, i64::MAX, None, 5_000, true),
-            1_000,
-            "acks first"
-        );
     }
 }

@@ -97,6 +97,8 @@ pub fn window(upto: i64, missed_before: i64, now: i64) -> ktimer::store::ClaimWi
     ktimer::store::ClaimWindow {
         upto_ms: upto,
         limit: 1000,
+        max_bytes: usize::MAX,
+        quotas: Vec::new(),
         missed_before_ms: missed_before,
         now_ms: now,
         checkpoint: 0,

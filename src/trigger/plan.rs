@@ -1,0 +1,72 @@
+//! When the trigger claims next and when it looks again (pure).
+
+/// When to claim next after a claim at `now_ms` that took everything due within
+/// `ahead_ms` (all of it unless `full`): `ahead_ms` before the next fire is due, but not
+/// sooner than half of `ahead_ms` from now, so a steady stream of fires is claimed in
+/// batches of half the window, each at least half the window ahead of its due time
+/// (the next fire is due after `now_ms + ahead_ms`), not one claim per millisecond.
+/// A full batch claims again at once; nothing left, never (until woken).
+pub(super) fn next_claim(now_ms: i64, ahead_ms: i64, next_due: Option<i64>, full: bool) -> i64 {
+    match next_due {
+        _ if full => now_ms,
+        Some(d) => (d - ahead_ms).max(now_ms + ahead_ms / 2),
+        None => i64::MAX,
+    }
+}
+
+/// When the trigger must look again: the planned claim, the next send, or `max_idle_ms`
+/// from now, whichever comes first; now if acknowledgements are waiting.
+pub(super) fn wake_at(
+    now_ms: i64,
+    claim_at: i64,
+    send_at: Option<i64>,
+    max_idle_ms: i64,
+    acks_waiting: bool,
+) -> i64 {
+    if acks_waiting {
+        return now_ms;
+    }
+    let idle = now_ms.saturating_add(max_idle_ms);
+    claim_at.min(send_at.unwrap_or(i64::MAX)).min(idle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{next_claim, wake_at};
+
+    #[test]
+    fn a_steady_stream_is_claimed_half_a_window_at_a_time() {
+        // Claimed up to 1,100 at 1,000; the next fire is due at 1,101.
+        assert_eq!(next_claim(1_000, 100, Some(1_101), false), 1_050);
+        for d in 1_101..1_500 {
+            let at = next_claim(1_000, 100, Some(d), false);
+            assert!(
+                d - at >= 50,
+                "due {d} claimed at {at}: less than half the window ahead"
+            );
+            assert!(
+                at >= 1_050,
+                "due {d} claimed at {at}: sooner than half the window"
+            );
+        }
+        assert_eq!(next_claim(1_000, 100, Some(5_000), false), 4_900);
+        assert_eq!(next_claim(1_000, 100, Some(1_101), true), 1_000);
+        assert_eq!(next_claim(1_000, 100, None, false), i64::MAX);
+    }
+
+    #[test]
+    fn the_trigger_looks_again_at_the_first_thing_due() {
+        assert_eq!(wake_at(1_000, 1_500, Some(1_200), 5_000, false), 1_200);
+        assert_eq!(wake_at(1_000, 1_100, Some(1_200), 5_000, false), 1_100);
+        assert_eq!(
+            wake_at(1_000, i64::MAX, None, 5_000, false),
+            6_000,
+            "idle safety net"
+        );
+        assert_eq!(
+            wake_at(1_000, i64::MAX, None, 5_000, true),
+            1_000,
+            "acks first"
+        );
+    }
+}
