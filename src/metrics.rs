@@ -50,6 +50,9 @@ pub struct Metrics {
     pub owned_partitions: IntGauge,
     /// Fires claimed and waiting for their due time or the broker's acknowledgement, by `partition`.
     pub in_flight: IntGaugeVec,
+    /// Due fires of paced applications parked in Redis (over the trigger's quota), by
+    /// `partition`, as of the last claim.
+    pub parked: IntGaugeVec,
     /// Redis calls that failed, by `op`.
     pub redis_errors: IntCounterVec,
     /// Times Redis was found to have lost data and commands were replayed from Kafka.
@@ -131,6 +134,14 @@ impl Metrics {
             Opts::new(
                 "in_flight_fires",
                 "Fires claimed and not yet acknowledged by the broker",
+            ),
+            &["partition"],
+        )
+        .expect("metric");
+        let parked = IntGaugeVec::new(
+            Opts::new(
+                "parked_fires",
+                "Due fires of rate-limited applications waiting in Redis for their turn",
             ),
             &["partition"],
         )
@@ -276,6 +287,7 @@ impl Metrics {
             Box::new(fire_lateness.clone()),
             Box::new(owned_partitions.clone()),
             Box::new(in_flight.clone()),
+            Box::new(parked.clone()),
             Box::new(redis_errors.clone()),
         ] {
             registry.register(c).expect("register metric");
@@ -287,6 +299,7 @@ impl Metrics {
             fire_lateness,
             owned_partitions,
             in_flight,
+            parked,
             redis_errors,
             replays,
             task_restarts,
@@ -320,6 +333,7 @@ impl Metrics {
         let _ = self.overdue_age.remove_label_values(&p);
         let _ = self.trigger_alive.remove_label_values(&p);
         let _ = self.in_flight.remove_label_values(&p);
+        let _ = self.parked.remove_label_values(&p);
     }
 
     /// The metrics in the Prometheus text format.

@@ -163,6 +163,8 @@ impl Trigger {
                 }
                 let next = next_claim(now_ms, self.wake.ahead(), claimed.next_due_ms, claimed.full);
                 self.parked = claimed.parked;
+                let parked: u64 = self.parked.iter().map(|(_, n)| n).sum();
+                self.m.parked.set(parked as i64);
                 claimed.fires.into_iter().for_each(|f| self.push(f));
                 self.wake.plan(next);
             }

@@ -32,6 +32,7 @@ const PRUNE_EVERY_MS: i64 = 200;
 /// Metric handles of one trigger, resolved once, off the per-fire path.
 pub(super) struct Handles {
     pub in_flight: IntGauge,
+    pub parked: IntGauge,
     pub delivered: IntCounter,
     pub retried: IntCounter,
     pub stale: IntCounter,
@@ -45,6 +46,7 @@ impl Handles {
     fn new(m: &Metrics, partition: i32) -> Handles {
         Handles {
             in_flight: m.in_flight.with_label_values(&[&partition.to_string()]),
+            parked: m.parked.with_label_values(&[&partition.to_string()]),
             delivered: m.fires.with_label_values(&["delivered"]),
             retried: m.fires.with_label_values(&["retried"]),
             stale: m.fires.with_label_values(&["stale"]),
