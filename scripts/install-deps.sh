@@ -56,8 +56,9 @@ if [ "${1:-}" = "--for-tests" ]; then
       || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages pyyaml >&2
   fi
 
-  PY_PACKAGES="kubernetes-validate confluent-kafka fastavro"
-  if python3 -c 'import kubernetes_validate, confluent_kafka, fastavro' >/dev/null 2>&1; then
+  PY_PACKAGES="kubernetes-validate confluent-kafka[schemaregistry] fastavro"
+  if python3 -c 'import kubernetes_validate, fastavro
+from confluent_kafka.schema_registry.avro import AvroSerializer' >/dev/null 2>&1; then
     say "python packages ($PY_PACKAGES): already installed"
   else
     say "installing $PY_PACKAGES with pip (the manifests' schema check, the Python examples)..."

@@ -1,68 +1,15 @@
-//! The Confluent wire format through a schema registry. No registry server can be
-//! installed here, so the test serves the registry's REST calls itself (register a
-//! schema, fetch a schema by id) on a loopback port.
+//! The Confluent wire format through a schema registry (the stand-in of
+//! `common::registry`: no registry server can be installed here).
 
 mod common;
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use common::registry::registry;
 use common::{once_at, TestEnv};
 use ktimer::codec::{Codec, Encoding};
 use ktimer::command::Outcome;
 use ktimer::now_ms;
 use ktimer::retry::Retryable;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-#[derive(Default)]
-struct Registry {
-    schemas: Mutex<Vec<String>>,
-}
-
-async fn register(
-    State(r): State<Arc<Registry>>,
-    Path(_subject): Path<String>,
-    Json(body): Json<serde_json::Value>,
-) -> Json<serde_json::Value> {
-    let schema = body["schema"].as_str().unwrap_or_default().to_string();
-    let mut all = r.schemas.lock().unwrap();
-    let id = match all.iter().position(|s| *s == schema) {
-        Some(i) => i + 1,
-        None => {
-            all.push(schema);
-            all.len()
-        }
-    };
-    Json(serde_json::json!({ "id": id }))
-}
-
-async fn by_id(
-    State(r): State<Arc<Registry>>,
-    Path(id): Path<usize>,
-) -> Result<Json<serde_json::Value>, (StatusCode, Json<serde_json::Value>)> {
-    let all = r.schemas.lock().unwrap();
-    match id.checked_sub(1).and_then(|i| all.get(i)) {
-        Some(s) => Ok(Json(serde_json::json!({ "schema": s }))),
-        None => Err((
-            StatusCode::NOT_FOUND,
-            Json(serde_json::json!({"error_code": 40403, "message": "Schema not found"})),
-        )),
-    }
-}
-
-/// Starts the registry stand-in; returns its URL.
-async fn registry() -> String {
-    let app = Router::new()
-        .route("/subjects/{subject}/versions", post(register))
-        .route("/schemas/ids/{id}", get(by_id))
-        .with_state(Arc::new(Registry::default()));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    url
-}
 
 #[tokio::test]
 async fn confluent_framed_commands_round_trip() {

@@ -15,7 +15,7 @@ import time
 
 from confluent_kafka import Consumer
 
-from ktimer_avro import CONSUMER_CONFIG, FIRED
+from ktimer_avro import CONSUMER_CONFIG, codecs
 
 
 def main():
@@ -23,10 +23,12 @@ def main():
     p.add_argument("--brokers", default="127.0.0.1:9092")
     p.add_argument("--fired-topic", default="ktimer.fired")
     p.add_argument("--group", default="ktimer-example-fired")
+    p.add_argument("--schema-registry-url", help="fired records in the Confluent wire format, through this registry")
     p.add_argument("--count", type=int, default=0, help="stop after this many fires acted on (0: never)")
     p.add_argument("--timeout-s", type=float, default=60, help="give up after this long without one")
     a = p.parse_args()
 
+    fired_codec = codecs(a.schema_registry_url)[2]
     consumer = Consumer({"bootstrap.servers": a.brokers, "group.id": a.group, **CONSUMER_CONFIG})
     consumer.subscribe([a.fired_topic])
     seen = set()
@@ -47,8 +49,8 @@ def main():
                 continue
             seen.add(fire_id)
             value = msg.value() or b""
-            if value.startswith(FIRED.header):
-                payload = FIRED.decode(value)["payload"]
+            if fired_codec.is_framed(value):
+                payload = fired_codec.decode(value, msg.topic())["payload"]
             else:
                 payload = value
             due, fired = int(headers["ktimer-due-ms"]), int(headers["ktimer-fired-ms"])

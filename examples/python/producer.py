@@ -11,7 +11,7 @@ import uuid
 
 from confluent_kafka import Producer
 
-from ktimer_avro import COMMAND, PRODUCER_CONFIG
+from ktimer_avro import PRODUCER_CONFIG, codecs
 
 
 def command(kind, timer_id, application, **fields):
@@ -30,6 +30,7 @@ def main():
     p.add_argument("--brokers", default="127.0.0.1:9092")
     p.add_argument("--commands-topic", default="ktimer.commands")
     p.add_argument("--application", default="default")
+    p.add_argument("--schema-registry-url", help="encode in the Confluent wire format through this registry")
     sub = p.add_subparsers(dest="what", required=True)
     once = sub.add_parser("once", help="a one-shot timer")
     once.add_argument("timer_id")
@@ -56,16 +57,20 @@ def main():
     else:
         cmd = command("CANCEL", a.timer_id, a.application)
 
+    command_codec = codecs(a.schema_registry_url)[0]
+    value = command_codec.encode(cmd, a.commands_topic)
     producer = Producer({"bootstrap.servers": a.brokers, **PRODUCER_CONFIG})
     sent = []
-    producer.produce(a.commands_topic, key=a.timer_id.encode(), value=COMMAND.encode(cmd),
+    producer.produce(a.commands_topic, key=a.timer_id.encode(), value=value,
                      on_delivery=lambda err, msg: sent.append((err, msg)))
     producer.flush(30)
     err, msg = sent[0] if sent else ("not delivered within 30 s", None)
     if err:
         raise SystemExit(f"failed: {err}")
+    encoding = (f"confluent schema-id={int.from_bytes(value[1:5], 'big')}" if value[0] == 0
+                else "single-object")
     print(f"sent {cmd['kind']} timer={a.timer_id} request={cmd['request_id']} "
-          f"-> {msg.topic()}[{msg.partition()}]@{msg.offset()}")
+          f"-> {msg.topic()}[{msg.partition()}]@{msg.offset()} ({encoding})")
 
 
 if __name__ == "__main__":

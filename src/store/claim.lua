@@ -50,9 +50,14 @@ local quota, parked = {}, {}
 for i = 11, #ARGV, 2 do
   quota[ARGV[i]] = tonumber(ARGV[i + 1])
 end
+-- Whether any application is paced (else no fire's application is looked at).
+local pacing = next(quota) ~= nil
 
 -- The quota left of `app`: its own, else the default (application '*'), else nil.
 local function quota_of(app)
+  if not app then
+    return nil
+  end
   local q = quota[app]
   if q == nil and quota['*'] then
     q = quota['*']
@@ -77,7 +82,7 @@ end
 
 -- A fire of `app` was taken: one less in its quota.
 local function took(app)
-  if quota[app] then
+  if app and quota[app] then
     quota[app] = quota[app] - 1
   end
 end
@@ -128,8 +133,8 @@ local function take(member, m, score)
       vanished = vanished + 1
       return nil
     end
-    local app = rec_app_raw(a)
-    if over(app) then
+    local app = pacing and rec_app_raw(a)
+    if app and over(app) then
       park(app, score, member)
       return nil
     end
@@ -140,10 +145,12 @@ local function take(member, m, score)
         if a[REC_P] then
           redis.call('ZADD', KEYS[5], 'NX', 'inf', member)
         end
-        rec_done_raw(member, app, a, where, h, 'fired', nil)
+        rec_done_raw(member, app or rec_app_raw(a), a, where, h, 'fired', nil)
         return nil
       end
-      took(app)
+      if app then
+        took(app)
+      end
       return f, rec_def(a[REC_D])
     end
     return nil
@@ -160,12 +167,14 @@ local function take(member, m, score)
     -- An extra fire (FIRE_NOW): delivered whatever the timer's state, while Redis holds it.
     local a = rec_raw(id)
     if a and a[REC_D] then
-      local app = rec_app_raw(a)
-      if over(app) then
+      local app = pacing and rec_app_raw(a)
+      if app and over(app) then
         park(app, score, member)
         return nil
       end
-      took(app)
+      if app then
+        took(app)
+      end
       return string.sub(member, 2), rec_def(a[REC_D])
     end
     return nil
@@ -175,12 +184,14 @@ local function take(member, m, score)
     vanished = vanished + 1
     return nil
   end
-  if t.v == ver and t.st == 'scheduled' and over(t.a) then
+  if pacing and t.v == ver and t.st == 'scheduled' and over(t.a) then
     park(t.a, score, member)
     return nil
   end
   if t.v == ver and t.st == 'scheduled' and t.k == 'c' and cron_take(t, due, id) then
-    took(t.a)
+    if pacing then
+      took(t.a)
+    end
     return string.sub(member, 2), t.d
   end
   return nil

@@ -9,7 +9,8 @@
 //!   host (a network namespace) that can lose the broker and keep Redis;
 //! - [`collected`]: what arrived on the fired and results topics;
 //! - [`commands`]: command builders; [`checker`]: the fault scenarios' one checker;
-//! - [`store`]: a store on its own prefix, for the store-level tests.
+//! - [`store`]: a store on its own prefix, for the store-level tests;
+//! - [`registry`]: a schema registry stand-in.
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
@@ -21,6 +22,7 @@ pub mod commands;
 pub mod env;
 pub mod netns;
 pub mod proxy;
+pub mod registry;
 pub mod servers;
 pub mod store;
 pub mod world;
