@@ -5,7 +5,7 @@
 mod common;
 
 use common::store::{World, T0};
-use ktimer::command::{Callback, CommandKind, TimerCommand};
+use ktimer::command::{Callback, CommandKind, MisfirePolicy, TimerCommand};
 use ktimer::store::ClaimWindow;
 use ktimer::timer::{ApplyOutcome, Claimed};
 use std::collections::BTreeMap;
@@ -143,4 +143,28 @@ async fn a_default_quota_paces_every_application_not_named() {
     let mut parked = c.parked.clone();
     parked.sort();
     assert_eq!(parked, vec![("x".to_string(), 2), ("y".to_string(), 2)]);
+}
+
+#[tokio::test]
+async fn a_parked_cron_occurrence_fires_however_long_it_waited() {
+    let mut w = World::new("parkedcron").await;
+    let create = TimerCommand {
+        application: "paced".into(),
+        cron: Some("* * * * * *".into()),
+        misfire: Some(MisfirePolicy::Skip),
+        ..TimerCommand::new(CommandKind::CreateCron, "tick", "c")
+    };
+    assert_eq!(w.apply(create, T0).await.outcome, ApplyOutcome::Accepted);
+    let c = claim(&w, T0 + 3_000, &[("paced", 1)]).await;
+    let dues = |c: &Claimed| c.fires.iter().map(|f| f.due_ms - T0).collect::<Vec<_>>();
+    assert_eq!(
+        dues(&c),
+        [0],
+        "the occurrence at creation, then one a second"
+    );
+    assert_eq!(c.parked, vec![("paced".to_string(), 3)]);
+    // Two minutes on, the parked occurrences were on time when parked: only their
+    // delivery was paced, so the skip policy does not drop them.
+    let c = claim(&w, T0 + 120_000, &[("paced", 3)]).await;
+    assert_eq!(dues(&c), [1_000, 2_000, 3_000]);
 }

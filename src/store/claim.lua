@@ -39,6 +39,9 @@ rec_init(ARGV[5], ARGV[8], KEYS[7])
 local upto = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
+-- Set while parked members are taken: a parked cron occurrence was on time when it was
+-- parked (only its delivery is paced), so its misfire policy does not apply.
+local from_park = false
 local bytes_left = tonumber(ARGV[10])
 local out = {}
 local n = 0
@@ -106,7 +109,7 @@ local function cron_take(t, due, id)
   local take
   if t.mx and tonumber(t.n or '0') >= tonumber(t.mx) then
     take = false
-  elseif d < missed_before then
+  elseif d < missed_before and not from_park then
     take = missed_fires(t, d, ARGV[7])
   else
     take = true
@@ -230,7 +233,9 @@ for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
     if #items > 0 then
       redis.call('ZREMRANGEBYRANK', pkey, 0, #items / 2 - 1)
     end
+    from_park = true
     take_all(items, pkey, nil)
+    from_park = false
   end
   local head = redis.call('ZRANGE', pkey, 0, 0, 'WITHSCORES')
   if #head > 0 then
