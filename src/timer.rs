@@ -114,6 +114,9 @@ pub struct ApplyRequest {
     /// Most live (scheduled or paused) timers the application may have in the
     /// partition: a create beyond it is rejected. `None`: no limit.
     pub max_pending: Option<u64>,
+    /// The application's fires are rate-limited: its pending fires go to its parked set
+    /// (`claim.lua`), claimed at its pace, not to the minute slices.
+    pub paced: bool,
     /// What to do.
     pub op: Op,
 }

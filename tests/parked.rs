@@ -168,3 +168,36 @@ async fn a_parked_cron_occurrence_fires_however_long_it_waited() {
     let c = claim(&w, T0 + 120_000, &[("paced", 3)]).await;
     assert_eq!(dues(&c), [1_000, 2_000, 3_000]);
 }
+
+#[tokio::test]
+async fn a_paced_application_s_timers_wait_in_its_parked_set_from_the_start() {
+    let mut w = World::new("parkedapply").await;
+    for (id, at) in [
+        ("soon", T0 + 1_000),
+        ("later", T0 + 9_000),
+        ("gone", T0 + 5_000),
+    ] {
+        let mut req = w.request(once("paced", id, at, ""), T0);
+        req.paced = true;
+        let (applied, _) = w.store.apply(&[req], &[], T0).await.expect("apply");
+        assert_eq!(applied[0].outcome, ApplyOutcome::Accepted);
+    }
+    let cancel = command(CommandKind::Cancel, "paced", "gone", "x");
+    assert_eq!(w.apply(cancel, T0).await.outcome, ApplyOutcome::Accepted);
+    // Not in any minute slice: a claim without quotas still finds them, at their time.
+    let c = claim(&w, T0 + 2_000, &[("paced", 10)]).await;
+    assert_eq!(ids(&c), ["soon"]);
+    assert!(c.parked.is_empty(), "nothing else due: {:?}", c.parked);
+    assert_eq!(c.next_due_ms, Some(T0 + 9_000), "the parked set's next due");
+    // Over the quota when due: counted as due and parked.
+    let c = claim(&w, T0 + 9_500, &[("paced", 0)]).await;
+    assert!(c.fires.is_empty());
+    assert_eq!(c.parked, vec![("paced".to_string(), 1)]);
+    let c = claim(&w, T0 + 9_500, &[("paced", 1)]).await;
+    assert_eq!(ids(&c), ["later"]);
+    let c = claim(&w, T0 + 60_000, &[]).await;
+    assert!(
+        c.fires.is_empty() && c.next_due_ms.is_none(),
+        "the cancelled one never fires"
+    );
+}

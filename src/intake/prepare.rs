@@ -134,6 +134,13 @@ impl Intake {
                         timer_id: cmd.timer_id,
                         request_id: cmd.request_id,
                         max_pending: self.max_pending(&cmd.application),
+                        paced: self
+                            .limits
+                            .apps
+                            .current()
+                            .of(&cmd.application)
+                            .fires_per_second
+                            .is_some(),
                         application: cmd.application,
                         op,
                     });
@@ -336,6 +343,7 @@ mod tests {
                     request_id: String::new(),
                     application: String::new(),
                     max_pending: None,
+                    paced: false,
                     op: Op::Cancel,
                 });
             }

@@ -19,8 +19,10 @@
 --       +7 cron spec (JSON), +8 misfire (once | all | skip), +9 max fires (''),
 --       +10 materialised through ms, +11 next materialisation ms ('' when the schedule is
 --       exhausted), +12 origin ms (resume), +13 application, +14 most live timers the
---       application may have in the partition ('' no limit), +15 number of cron
---       occurrences that follow, +16.. the occurrences to materialise
+--       application may have in the partition ('' no limit), +15 '1' when the
+--       application's fires are paced (its pending fires go to its parked set,
+--       KEYS[11] .. ':' .. application, not to the slices; claim.lua), +16 number of cron
+--       occurrences that follow, +17.. the occurrences to materialise
 -- Returns {'fenced'} (also when Redis is behind ARGV[4]: it lost writes), or per command {code, version, state, due, reason} flattened; code
 -- is accepted | duplicate | rejected; with ARGV[10] = '1', then the states to write: per
 -- timer id, n, n field/value pairs (n = -1: a tombstone), as checkpoint.lua answers them.
@@ -77,7 +79,15 @@ local existed = false
 -- Minutes entered in the slice index by this call (one ZADD per minute).
 local indexed = {}
 
+-- The application of the command being applied when its fires are paced, else nil.
+local paced_app = nil
+
 local function slice_add(d, member)
+  if paced_app then
+    redis.call('ZADD', KEYS[11] .. ':' .. paced_app, d, member)
+    redis.call('ZADD', KEYS[11], 'LT', d, paced_app)
+    return
+  end
   local minute = math.floor(tonumber(d) / 60000)
   redis.call('ZADD', ARGV[3] .. minute, d, member)
   if not indexed[minute] then
@@ -130,7 +140,7 @@ local function install(t, a, id, off, live)
   end
   if live then
     local last
-    for i = a + 16, a + 15 + tonumber(ARGV[a + 15]) do
+    for i = a + 17, a + 16 + tonumber(ARGV[a + 16]) do
       slice_add(ARGV[i], slice_member('c', off, ARGV[i], id))
       last = ARGV[i]
     end
@@ -307,6 +317,7 @@ local written, last = {}, {}
 local writes = {}
 while a <= #ARGV do
   deferred = false
+  paced_app = ARGV[a + 15] == '1' and ARGV[a + 13] or nil
   local id = ARGV[a + 2]
   local code, reason, t = apply_one(a)
   if code == 'rejected' and t and t.a == ARGV[a + 13] then
@@ -343,7 +354,7 @@ while a <= #ARGV do
   out[#out + 1] = t.st or ''
   out[#out + 1] = t.due or ''
   out[#out + 1] = reason
-  a = a + 16 + tonumber(ARGV[a + 15])
+  a = a + 17 + tonumber(ARGV[a + 16])
 end
 for i = 1, #dirty, 1000 do
   redis.call('ZADD', KEYS[6], 'LT', unpack(dirty, i, math.min(i + 999, #dirty)))

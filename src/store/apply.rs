@@ -279,6 +279,7 @@ fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<()
     });
     out.push(&r.application);
     out.push(r.max_pending.map(|n| n.to_string()).unwrap_or_default());
+    out.push(if r.paced { "1" } else { "" });
     let dues = match schedule {
         Some(Schedule::Cron { first, .. }) => first.dues.as_slice(),
         _ => &[],

@@ -11,16 +11,20 @@
 --       sequence Redis may hold, 10 most bytes of definitions to answer, 11.. pairs of
 --       application and the most fires of it to take (its quota; others: no quota)
 -- Returns {next due ms or '', vanished, full, n, n pairs of application and parked
--- members left, member, definition, member, definition, ...}, or {'fenced'}; a member
+-- members due left, member, definition, member, definition, ...}, or {'fenced'}; a member
 -- is the in-flight member "version:due:id"; `vanished` counts slice members whose timer
 -- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
 -- the claim stopped at its limits (more may be due).
 -- Parking (a paced application's backlog stays in Redis, not in the trigger's memory):
--- a due member of an application whose quota is used up moves, as it is, to that
--- application's parked set (scored by its slice score); a claim takes each
--- application's parked members first, oldest first, up to its quota (an application
--- with no quota any more: up to the limit). A parked member is validated when it is
--- taken, as if it were taken from its slice (one-shot: in the minute of its score).
+-- the pending fires of a paced application are placed in its parked set (apply.lua;
+-- scored by due, members as in the slices), and a due slice member of an application
+-- whose quota is used up moves there as it is (one placed before its application was
+-- paced); a claim takes each application's due parked members first, oldest first, up
+-- to its quota (an application with no quota any more: up to the limit). A parked
+-- member is validated when it is taken, as if it were taken from its slice (one-shot:
+-- in the minute of its score). The next due time counts the parked sets' first members
+-- not yet due; their due ones are counted in the reply instead (the trigger claims them
+-- as its quota frees).
 -- Members of timers that were paused, cancelled or changed (older version, or a one-shot
 -- timer now due in another minute) are dropped.
 -- Cron members also obey the timer's maximum number of fires and its misfire policy
@@ -229,7 +233,7 @@ for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
   local pkey = KEYS[9] .. ':' .. app
   local q = math.min(quota_of(app) or limit, limit - n)
   if q > 0 and bytes_left > 0 then
-    local items = redis.call('ZRANGE', pkey, 0, q - 1, 'WITHSCORES')
+    local items = redis.call('ZRANGEBYSCORE', pkey, '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, q)
     if #items > 0 then
       redis.call('ZREMRANGEBYRANK', pkey, 0, #items / 2 - 1)
     end
@@ -295,13 +299,23 @@ for i = 1, 257 do
 end
 rec_flush()
 local full = (n >= limit or bytes_left <= 0) and '1' or '0'
-local head = {next_due, tostring(vanished), full}
-local apps = redis.call('ZRANGE', KEYS[9], 0, -1)
-head[4] = tostring(#apps)
-for _, app in ipairs(apps) do
-  head[#head + 1] = app
-  head[#head + 1] = tostring(redis.call('ZCARD', KEYS[9] .. ':' .. app))
+local head = {'', tostring(vanished), full, '0'}
+local apps = 0
+for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
+  local pkey = KEYS[9] .. ':' .. app
+  local due = redis.call('ZCOUNT', pkey, '-inf', ARGV[2])
+  if due > 0 then
+    apps = apps + 1
+    head[#head + 1] = app
+    head[#head + 1] = tostring(due)
+  end
+  local later = redis.call('ZRANGEBYSCORE', pkey, '(' .. ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #later > 0 and (next_due == '' or tonumber(later[2]) < tonumber(next_due)) then
+    next_due = later[2]
+  end
 end
+head[1] = next_due
+head[4] = tostring(apps)
 for i = 1, #out do
   head[#head + 1] = out[i]
 end

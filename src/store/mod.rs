@@ -12,7 +12,7 @@
 //! | `PREFIX:{topic:p}:dp` | hash | definition prefixes (application and callback topic) shared by the records: `#N` the prefix, `=PREFIX` its number N; a record's `d` is `{N, rest}` (`record.lua`), at most 4096 prefixes per partition |
 //! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute, score due ms: member the id of a one-shot timer, `\x01version:due:id` for a cron occurrence |
 //! | `PREFIX:{topic:p}:idx` | zset | the minutes whose slice is not empty |
-//! | `PREFIX:{topic:p}:pk:APP` | zset | due fires of paced application `APP` over the trigger's quota (`claim.lua`), parked as their slice members with their slice scores; claimed first, at the quota |
+//! | `PREFIX:{topic:p}:pk:APP` | zset | pending fires of paced application `APP` (`apply.lua` places them here, not in the slices; `claim.lua` moves a due slice member there when `APP` is over its quota), as slice members scored by due; claimed first, at the quota |
 //! | `PREFIX:{topic:p}:pk` | zset | the applications with parked fires, scored at most by their first parked fire (the checkpoint's watermark stays below it) |
 //! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker: member `version:due:id` |
 //! | `PREFIX:{topic:p}:cron` | zset | scheduled cron timers, scored by when their window must be extended |

@@ -50,6 +50,7 @@ impl World {
         self.offset += 1;
         ApplyRequest {
             max_pending: None,
+            paced: false,
             partition: 0,
             epoch: self.epoch,
             offset: self.offset,

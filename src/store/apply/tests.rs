@@ -11,6 +11,7 @@ fn req(partition: i32, offset: i64, op: Op) -> ApplyRequest {
         request_id: "r1".into(),
         application: "app".into(),
         max_pending: None,
+        paced: false,
         op,
     }
 }
@@ -41,13 +42,14 @@ fn one_shot_create_args_follow_the_script_layout() {
     let t = texts(&args);
     assert_eq!(&t[..6], ["42", "create", "t1", "r1", "o", "1234"]);
     assert_eq!(args[6], codec::encode_stored(&def).unwrap());
-    assert_eq!(&t[7..], ["", "", "", "", "", "0", "app", "", "0"]);
-    // The group length apply.lua steps by: 16 + the number of occurrences.
-    assert_eq!(args.len(), 16);
-    // A pending limit travels with the command.
+    assert_eq!(&t[7..], ["", "", "", "", "", "0", "app", "", "", "0"]);
+    // The group length apply.lua steps by: 17 + the number of occurrences.
+    assert_eq!(args.len(), 17);
+    // A pending limit and the pacing travel with the command.
     let mut limited = req(0, 42, Op::Cancel);
     limited.max_pending = Some(25);
-    assert_eq!(texts(&collect(&limited, 0))[14], "25");
+    limited.paced = true;
+    assert_eq!(&texts(&collect(&limited, 0))[14..16], ["25", "1"]);
 }
 
 #[test]
@@ -79,7 +81,7 @@ fn cron_update_args_carry_the_window() {
     assert_eq!(serde_json::from_str::<CronSpec>(&t[7]).unwrap(), spec);
     // misfire, max fires, covered, refill halfway between now and covered, origin.
     assert_eq!(&t[8..13], ["skip", "3", "11000", "6000", "0"]);
-    assert_eq!(&t[13..], ["app", "", "2", "5000", "10000"]);
+    assert_eq!(&t[13..], ["app", "", "", "2", "5000", "10000"]);
 }
 
 #[test]
@@ -87,7 +89,7 @@ fn lifecycle_args_have_no_schedule() {
     let t = texts(&collect(&req(0, 5, Op::Resume { origin_ms: 77 }), 0));
     assert_eq!(
         t,
-        ["5", "resume", "t1", "r1", "", "", "", "", "", "", "", "", "77", "app", "", "0"]
+        ["5", "resume", "t1", "r1", "", "", "", "", "", "", "", "", "77", "app", "", "", "0"]
     );
     let t = texts(&collect(&req(0, 6, Op::Cancel), 0));
     assert_eq!(&t[..2], ["6", "cancel"]);
