@@ -74,6 +74,12 @@ impl Budget {
     }
 }
 
+impl Default for Budget {
+    fn default() -> Budget {
+        Arc::into_inner(Budget::new(usize::MAX, usize::MAX)).expect("a fresh Arc")
+    }
+}
+
 /// The bytes a fire holds in memory (estimated).
 pub fn weight(f: &Fire) -> usize {
     let cb = &f.def.callback;
@@ -96,6 +102,7 @@ pub struct Held {
     budget: Arc<Budget>,
     members: HashMap<String, Entry>,
     per_app: HashMap<Arc<str>, usize>,
+    bytes: usize,
 }
 
 impl Held {
@@ -105,6 +112,7 @@ impl Held {
             budget,
             members: HashMap::new(),
             per_app: HashMap::new(),
+            bytes: 0,
         }
     }
 
@@ -121,6 +129,7 @@ impl Held {
         });
         self.members
             .insert(fire.member.clone(), Entry { bytes, app });
+        self.bytes += bytes;
         self.budget.take(1, bytes);
         true
     }
@@ -143,6 +152,7 @@ impl Held {
                 }
             }
         }
+        self.bytes -= e.bytes;
         self.budget.give(1, e.bytes);
     }
 
@@ -165,8 +175,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if !self.members.is_empty() {
-            let bytes = self.members.values().map(|e| e.bytes).sum();
-            self.budget.give(self.members.len(), bytes);
+            self.budget.give(self.members.len(), self.bytes);
         }
     }
 }
