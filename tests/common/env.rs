@@ -9,7 +9,7 @@ use ktimer::command::TimerCommand;
 use ktimer::config::{Cli, Command, RunArgs};
 use ktimer::shutdown::CancellationToken;
 use ktimer::sink::headers;
-use rdkafka::consumer::StreamConsumer;
+use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
@@ -250,6 +250,38 @@ impl TestEnv {
         self.argv.extend(["--kafka-option".to_string(), limit]);
         let limit = ("message.max.bytes".to_string(), bytes.to_string());
         self.args.kafka.kafka_options.push(limit);
+    }
+
+    /// Waits until the last checkpoint of every partition on the state topic says that
+    /// every fire due at or before `due_ms` was acknowledged (none of them in flight);
+    /// fails after `limit`.
+    pub async fn checkpointed_through(&self, due_ms: i64, limit: Duration) {
+        let k = &self.args.kafka;
+        let consumer: StreamConsumer =
+            ktimer::client::assigned_consumer(k, &[k.state_topic.clone()], true)
+                .expect("state reader");
+        let partitions = consumer.assignment().expect("assignment").count();
+        let covers = |c: &ktimer::timer::Checkpoint| {
+            c.acked_through_ms >= due_ms
+                && c.in_flight.iter().all(|m| {
+                    let due = m.split(':').nth(1).and_then(|d| d.parse::<i64>().ok());
+                    due.is_some_and(|d| d > due_ms)
+                })
+        };
+        let mut last = HashMap::new();
+        let wait = async {
+            while last.values().filter(|c| covers(c)).count() < partitions {
+                let m = consumer.recv().await.expect("state record");
+                if m.key().is_some_and(|k| k.is_empty()) {
+                    let c = ktimer::codec::decode_checkpoint(m.payload().unwrap_or_default())
+                        .expect("checkpoint decodes");
+                    last.insert(m.partition(), c);
+                }
+            }
+        };
+        if tokio::time::timeout(limit, wait).await.is_err() {
+            panic!("no checkpoint through {due_ms} on every partition in {limit:?}: {last:?}");
+        }
     }
 
     /// Produces raw bytes to the commands topic (optionally to a given partition).
