@@ -105,6 +105,11 @@ impl Applications {
             .unwrap_or(&NONE)
     }
 
+    /// Whether `app`'s fires are rate-limited (`fires_per_second`).
+    pub fn paced(&self, app: &str) -> bool {
+        self.of(app).fires_per_second.is_some()
+    }
+
     /// The metrics label of `app`: its name when the file names it, else `other`.
     pub fn label<'a>(&self, app: &'a str) -> &'a str {
         if app != "*" && self.apps.contains_key(app) {

@@ -134,13 +134,7 @@ impl Intake {
                         timer_id: cmd.timer_id,
                         request_id: cmd.request_id,
                         max_pending: self.max_pending(&cmd.application),
-                        paced: self
-                            .limits
-                            .apps
-                            .current()
-                            .of(&cmd.application)
-                            .fires_per_second
-                            .is_some(),
+                        paced: self.limits.apps.current().paced(&cmd.application),
                         application: cmd.application,
                         op,
                     });

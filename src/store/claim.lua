@@ -10,8 +10,8 @@
 --       before this ms were missed, 7 now ms, 8 retention ms, 9 the oldest checkpoint
 --       sequence Redis may hold, 10 most bytes of definitions to answer, 11.. pairs of
 --       application and the most fires of it to take (its quota; others: no quota)
--- Returns {next due ms or '', vanished, full, n, n pairs of application and parked
--- members due left, member, definition, member, definition, ...}, or {'fenced'}; a member
+-- Returns {next due ms or '', vanished, full, n, member, definition, member, definition,
+-- ..., then n pairs of application and parked members due left}, or {'fenced'}; a member
 -- is the in-flight member "version:due:id"; `vanished` counts slice members whose timer
 -- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
 -- the claim stopped at its limits (more may be due).
@@ -47,7 +47,8 @@ local missed_before = tonumber(ARGV[6])
 -- parked (only its delivery is paced), so its misfire policy does not apply.
 local from_park = false
 local bytes_left = tonumber(ARGV[10])
-local out = {}
+-- The reply: its head (filled in at the end), the fires, then the parked counts.
+local out = {'', '0', '0', '0'}
 local n = 0
 local vanished = 0
 -- (score, member) pairs to add to the in-flight set.
@@ -298,25 +299,22 @@ for i = 1, 257 do
   redis.call('ZREM', KEYS[2], first[1])
 end
 rec_flush()
-local full = (n >= limit or bytes_left <= 0) and '1' or '0'
-local head = {'', tostring(vanished), full, '0'}
+out[2] = tostring(vanished)
+out[3] = (n >= limit or bytes_left <= 0) and '1' or '0'
 local apps = 0
 for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
   local pkey = KEYS[9] .. ':' .. app
   local due = redis.call('ZCOUNT', pkey, '-inf', ARGV[2])
   if due > 0 then
     apps = apps + 1
-    head[#head + 1] = app
-    head[#head + 1] = tostring(due)
+    out[#out + 1] = app
+    out[#out + 1] = tostring(due)
   end
   local later = redis.call('ZRANGEBYSCORE', pkey, '(' .. ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #later > 0 and (next_due == '' or tonumber(later[2]) < tonumber(next_due)) then
     next_due = later[2]
   end
 end
-head[1] = next_due
-head[4] = tostring(apps)
-for i = 1, #out do
-  head[#head + 1] = out[i]
-end
-return head
+out[1] = next_due
+out[4] = tostring(apps)
+return out

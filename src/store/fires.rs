@@ -160,14 +160,22 @@ fn parse_claimed(reply: Vec<Vec<u8>>) -> Result<Claimed, StoreError> {
     };
     let vanished = number(text("count of vanished members")?, "vanished")?;
     let full = text("full")? == "1";
-    let apps = number(text("count of parked applications")?, "count")?;
+    let apps = number(text("count of parked applications")?, "count")? as usize;
+    // The fires, then `apps` (application, count) pairs.
+    let mut rest: Vec<Vec<u8>> = it.collect();
+    let split = rest
+        .len()
+        .checked_sub(2 * apps)
+        .ok_or_else(|| bad_reply("claim: fewer parked counts than announced"))?;
+    let mut tail = rest.split_off(split).into_iter();
     let mut parked = Vec::new();
-    for _ in 0..apps {
-        let app = text("parked application")?;
-        parked.push((app, number(text("parked count")?, "parked count")?));
+    while let (Some(app), Some(count)) = (tail.next(), tail.next()) {
+        let app = String::from_utf8(app).map_err(bad_reply)?;
+        let count = String::from_utf8(count).map_err(bad_reply)?;
+        parked.push((app, number(count, "parked count")?));
     }
     Ok(Claimed {
-        fires: parse_fires(it)?,
+        fires: parse_fires(rest.into_iter())?,
         next_due_ms,
         vanished,
         full,
@@ -241,12 +249,12 @@ mod tests {
             b("2"),
             b("1"),
             b("2"),
+            b("7:5000:x"),
+            stored,
             b("paced"),
             b("40"),
             b("slow"),
             b("3"),
-            b("7:5000:x"),
-            stored,
         ];
         let c = parse_claimed(reply).unwrap();
         assert_eq!(c.next_due_ms, Some(61_000));

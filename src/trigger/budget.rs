@@ -74,12 +74,6 @@ impl Budget {
     }
 }
 
-impl Default for Budget {
-    fn default() -> Budget {
-        Arc::into_inner(Budget::new(usize::MAX, usize::MAX)).expect("a fresh Arc")
-    }
-}
-
 /// The bytes a fire holds in memory (estimated).
 pub fn weight(f: &Fire) -> usize {
     let cb = &f.def.callback;
@@ -102,7 +96,6 @@ pub struct Held {
     budget: Arc<Budget>,
     members: HashMap<String, Entry>,
     per_app: HashMap<Arc<str>, usize>,
-    bytes: usize,
 }
 
 impl Held {
@@ -112,7 +105,6 @@ impl Held {
             budget,
             members: HashMap::new(),
             per_app: HashMap::new(),
-            bytes: 0,
         }
     }
 
@@ -129,7 +121,6 @@ impl Held {
         });
         self.members
             .insert(fire.member.clone(), Entry { bytes, app });
-        self.bytes += bytes;
         self.budget.take(1, bytes);
         true
     }
@@ -152,7 +143,6 @@ impl Held {
                 }
             }
         }
-        self.bytes -= e.bytes;
         self.budget.give(1, e.bytes);
     }
 
@@ -175,7 +165,8 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if !self.members.is_empty() {
-            self.budget.give(self.members.len(), self.bytes);
+            let bytes = self.members.values().map(|e| e.bytes).sum();
+            self.budget.give(self.members.len(), bytes);
         }
     }
 }

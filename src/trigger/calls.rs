@@ -55,9 +55,11 @@ impl Trigger {
         }
         let now = self.clock.now_ms();
         let acks = !self.acks.is_empty();
-        let apps = self.cfg.apps.current();
-        if paced::refill_due(&apps, self.cfg.partitions, &self.held, &self.parked) {
-            self.wake.plan(now);
+        if !self.parked.is_empty() {
+            let apps = self.cfg.apps.current();
+            if paced::refill_due(&apps, self.cfg.partitions, &self.held, &self.parked) {
+                self.wake.plan(now);
+            }
         }
         // A producer that answers no fire gets no more (`fence`): the fires stay due in
         // Redis, for this trigger once it answers again or for the next owner. Nor does
@@ -165,7 +167,7 @@ impl Trigger {
                 self.parked = claimed.parked;
                 let parked: u64 = self.parked.iter().map(|(_, n)| n).sum();
                 self.m.parked.set(parked as i64);
-                claimed.fires.into_iter().for_each(|f| self.push(f));
+                self.push_all(claimed.fires);
                 self.wake.plan(next);
             }
         }

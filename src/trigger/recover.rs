@@ -31,7 +31,7 @@ impl Trigger {
                     .recover(self.partition, self.epoch, &fresh, missed_before, now)
                     .await?;
                 taken += fires.len();
-                fires.into_iter().for_each(|f| self.push(f));
+                self.push_all(fires);
             }
             if next == 0 {
                 break;

@@ -188,21 +188,24 @@ impl Trigger {
         tracing::info!(partition = p, "trigger stopped");
     }
 
-    pub(super) fn push(&mut self, fire: Fire) {
-        let at = fire.due_ms;
+    /// Holds and queues claimed (or taken over) fires, each at its due time; a fire
+    /// held already is skipped.
+    pub(super) fn push_all(&mut self, fires: Vec<Fire>) {
         let apps = self.cfg.apps.current();
-        let paced = apps.of(&fire.def.application).fires_per_second.is_some();
-        if !self.held.insert(&fire, paced) {
-            return;
+        for fire in fires {
+            if !self.held.insert(&fire, apps.paced(&fire.def.application)) {
+                continue;
+            }
+            let pending = Pending {
+                fired_ms: 0,
+                fire,
+                attempt: 1,
+                dead: None,
+                paced: false,
+            };
+            self.ready.push(pending.fire.due_ms, pending);
         }
-        let pending = Pending {
-            fired_ms: 0,
-            fire,
-            attempt: 1,
-            dead: None,
-            paced: false,
-        };
-        self.requeue(at, pending);
+        self.in_flight_gauge();
     }
 
     pub(super) fn in_flight_gauge(&self) {
