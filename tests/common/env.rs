@@ -258,7 +258,7 @@ impl TestEnv {
     pub async fn checkpointed_through(&self, due_ms: i64, limit: Duration) {
         let k = &self.args.kafka;
         let consumer: StreamConsumer =
-            ktimer::client::assigned_consumer(k, &[k.state_topic.clone()], true)
+            ktimer::client::assigned_consumer(k, std::slice::from_ref(&k.state_topic), true)
                 .expect("state reader");
         let partitions = consumer.assignment().expect("assignment").count();
         let covers = |c: &ktimer::timer::Checkpoint| {
