@@ -92,6 +92,31 @@ async fn a_short_spread_run_with_started_instances_and_a_takeover_counts_every_t
     );
     assert_eq!(n(&r, "/baseline/records"), 3000.0);
     assert!(n(&r, "/baseline/rate_per_s") > 0.0);
+    // The instances ran as processes of their own: their CPU and memory are theirs.
+    assert!(n(&r, "/pending/ktimer_cpu/us_per_item") > 0.0, "{r}");
+    assert!(n(&r, "/fire/ktimer_cpu/us_per_item") > 0.0, "{r}");
+    assert!(n(&r, "/fire/peak_rss_mb") > 0.0, "{r}");
+    // Redis's time by script, from its slow log: the intake applied every command in
+    // apply.lua calls, the trigger claimed every fire in claim.lua calls.
+    let family = |phase: &str, name: &str| {
+        r[phase]["redis_by_script"]["families"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{phase} by script missing: {r}"))
+            .iter()
+            .find(|f| f["name"] == name)
+            .map(|f| (f["calls"].as_u64().unwrap(), f["us"].as_u64().unwrap()))
+    };
+    let (calls, us) = family("pending", "apply").expect("apply measured");
+    assert!(
+        calls >= 20 && us > 0,
+        "2000 commands in calls of at most 100"
+    );
+    let (calls, us) = family("fire", "claim").expect("claim measured");
+    assert!(calls > 0 && us > 0);
+    assert!(
+        family("pending", "slowlog").is_none(),
+        "the bench's own calls are left out"
+    );
     let checks = r["checks"].as_array().expect("checks");
     assert!(checks
         .iter()
@@ -134,6 +159,10 @@ async fn a_burst_against_running_instances_fires_every_timer_once() {
     assert_eq!(n(&r, "/fire/early"), 0.0);
     assert_eq!(n(&r, "/fire/duplicates"), 0.0);
     assert!(r["baseline"].is_null());
+    assert!(
+        r["fire"]["ktimer_cpu"].is_null(),
+        "no instance of its own to measure"
+    );
     // All were due at the same ms: the latest fire is the largest lateness.
     assert_eq!(
         n(&r, "/fire/fire_lateness_ms/max"),

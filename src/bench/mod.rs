@@ -24,12 +24,14 @@
 
 pub mod baseline;
 pub mod host;
+pub mod instances;
 pub mod load;
 pub mod nodes;
 pub mod observe;
 pub mod pipe;
 pub mod rebuild;
 pub mod report;
+pub mod scripts;
 pub mod setup;
 pub mod svg;
 pub mod takeover;
@@ -199,6 +201,8 @@ async fn pending_phase(
 ) -> anyhow::Result<PendingReport> {
     progress.phase("pending", n);
     let before = env.nodes.sample().await?;
+    let ktimer_before = env.instances.cpu();
+    let clock = scripts::ScriptClock::start(&env.nodes).await;
     let started = Instant::now();
     let plan = pending_plan(env, n);
     let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
@@ -221,12 +225,16 @@ async fn pending_phase(
         env.checkpointed(partitions, limit).await?;
     }
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let redis_by_script = by_script(clock, answers.accepted).await;
     let after_nodes = env.nodes.sample().await?;
     let redis_cpu = nodes::cpu_between(&before, &after_nodes, answers.accepted, elapsed_ms);
+    let ktimer_cpu = own_cpu(env, ktimer_before, answers.accepted, elapsed_ms);
     let before: u64 = before.iter().map(|s| s.used_memory).sum();
     let after: u64 = after_nodes.iter().map(|s| s.used_memory).sum();
     Ok(PendingReport {
         redis_cpu,
+        ktimer_cpu,
+        redis_by_script,
         timers: n,
         accepted: answers.accepted,
         intake_per_s: per_second(answers.accepted, produced.started_ms, answers.last_ms),
@@ -314,9 +322,12 @@ async fn fire_phase(
     // would dilute it).
     tokio::time::sleep_until(until(t0)).await;
     let before = env.nodes.sample().await?;
+    let ktimer_before = env.instances.cpu();
+    let clock = scripts::ScriptClock::start(&env.nodes).await;
     let started = Instant::now();
     let (fires, _) = fires.finish(until(last_due + args.timeout_ms)).await?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let redis_by_script = by_script(clock, fires.unique).await;
     let after = env.nodes.sample().await?;
     let report = FireReport {
         timers: n,
@@ -337,7 +348,40 @@ async fn fire_phase(
         fire_lateness_ms: Percentiles::of(&fires.fire_lateness),
         delivery_lateness_ms: Percentiles::of(&fires.delivery_lateness),
         redis_cpu: nodes::cpu_between(&before, &after, fires.unique, elapsed_ms),
-        peak_rss_mb: report::peak_rss_mb(),
+        ktimer_cpu: own_cpu(env, ktimer_before, fires.unique, elapsed_ms),
+        redis_by_script,
+        peak_rss_mb: env.instances.peak_rss_mb(),
     };
     Ok((report, fires))
+}
+
+/// The started instances' CPU since `before`, per one of `items` (none when the bench
+/// started none).
+fn own_cpu(
+    env: &Env,
+    before: Option<nodes::Sample>,
+    items: usize,
+    elapsed_ms: f64,
+) -> Option<nodes::NodeCpu> {
+    let (before, after) = (before?, env.instances.cpu()?);
+    nodes::cpu_between(&[before], &[after], items, elapsed_ms).pop()
+}
+
+/// What the script clock measured, per one of `items`; none (with a warning) when the
+/// slow log could not be used (a Redis that refuses CONFIG SET).
+async fn by_script(
+    clock: anyhow::Result<scripts::ScriptClock>,
+    items: usize,
+) -> Option<scripts::ByScript> {
+    let measured = match clock {
+        Ok(c) => c.finish(items).await,
+        Err(e) => Err(e),
+    };
+    match measured {
+        Ok((families, missed)) => Some(scripts::ByScript { families, missed }),
+        Err(e) => {
+            eprintln!("bench: Redis time per script not measured: {e:#}");
+            None
+        }
+    }
 }

@@ -33,7 +33,8 @@ pub struct NodeCpu {
 
 /// The Redis primaries of a run.
 pub struct Nodes {
-    conn: Conn,
+    /// A connection to the primaries.
+    pub(super) conn: Conn,
 }
 
 impl Nodes {
@@ -144,6 +145,37 @@ pub fn cpu_between(
             }
         })
         .collect()
+}
+
+/// `; ktimer N µs (B% of a core)`, or nothing for instances the bench did not start.
+pub fn own_line(cpu: &Option<NodeCpu>) -> String {
+    cpu.as_ref().map_or(String::new(), |c| {
+        format!(
+            "; ktimer {:.1} µs ({:.0}% of a core)",
+            c.us_per_item,
+            c.busy * 100.0
+        )
+    })
+}
+
+/// `node N µs (B% busy)` per node, and their total.
+pub fn cpu_line(nodes: &[NodeCpu]) -> String {
+    let mut parts: Vec<String> = nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "{} {:.1} µs ({:.0}% busy)",
+                n.node,
+                n.us_per_item,
+                n.busy * 100.0
+            )
+        })
+        .collect();
+    if nodes.len() > 1 {
+        let total: f64 = nodes.iter().map(|n| n.us_per_item).sum();
+        parts.push(format!("total {total:.1} µs"));
+    }
+    parts.join(", ")
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The bench's report: figures, target checks, the JSON file and the histogram picture.
 
-use super::nodes::NodeCpu;
+use super::nodes::{self, NodeCpu};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -67,6 +67,10 @@ pub struct PendingReport {
     pub bytes_per_timer: f64,
     /// CPU of each Redis primary over the phase, per accepted command.
     pub redis_cpu: Vec<NodeCpu>,
+    /// CPU of the started ktimer instances over the phase, per accepted command.
+    pub ktimer_cpu: Option<NodeCpu>,
+    /// Redis's execution time per script family, per accepted command.
+    pub redis_by_script: Option<super::scripts::ByScript>,
 }
 
 /// The fire phase.
@@ -111,17 +115,13 @@ pub struct FireReport {
     /// CPU of each Redis primary from the last command answered to the last fire, per
     /// timer fired.
     pub redis_cpu: Vec<NodeCpu>,
-    /// The bench process's peak resident memory (the started instances run in it), MB,
-    /// read from /proc/self/status after the fires (absent elsewhere).
+    /// CPU of the started ktimer instances over the same span, per timer fired.
+    pub ktimer_cpu: Option<NodeCpu>,
+    /// Redis's execution time per script family over the same span, per timer fired.
+    pub redis_by_script: Option<super::scripts::ByScript>,
+    /// The highest peak resident memory of a started instance, MB (`VmHWM` of its
+    /// process after the fires; absent when the bench started none).
     pub peak_rss_mb: Option<f64>,
-}
-
-/// The peak resident memory of this process so far (`VmHWM`), MB.
-pub fn peak_rss_mb() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some((kb / 1024.0).round())
 }
 
 /// The pass-through baseline.
@@ -290,9 +290,13 @@ impl Report {
             );
             let _ = writeln!(
                 s,
-                "         Redis CPU per command: {}",
-                cpu_line(&p.redis_cpu)
+                "         CPU per command: Redis {}{}",
+                nodes::cpu_line(&p.redis_cpu),
+                nodes::own_line(&p.ktimer_cpu)
             );
+            if let Some(b) = &p.redis_by_script {
+                let _ = writeln!(s, "         Redis µs per command by script: {}", b.line());
+            }
         }
         if let Some(r) = &self.rebuild {
             let _ = writeln!(
@@ -318,12 +322,17 @@ impl Report {
             "fired    {} of {}: missing {}, early {}, duplicates {}; fire rate {:.0}/s, delivered {:.0}/s",
             f.fired, f.timers, f.missing, f.early, f.duplicates, f.fire_rate_per_s, f.delivery_rate_per_s
         );
-        let _ = writeln!(s, "         Redis CPU per fire: {}", cpu_line(&f.redis_cpu));
+        let _ = writeln!(
+            s,
+            "         CPU per fire: Redis {}{}",
+            nodes::cpu_line(&f.redis_cpu),
+            nodes::own_line(&f.ktimer_cpu)
+        );
+        if let Some(b) = &f.redis_by_script {
+            let _ = writeln!(s, "         Redis µs per fire by script: {}", b.line());
+        }
         if let Some(mb) = f.peak_rss_mb {
-            let _ = writeln!(
-                s,
-                "         peak RSS of the bench process (instances included): {mb} MB"
-            );
+            let _ = writeln!(s, "         peak RSS of a ktimer instance: {mb} MB");
         }
         let _ = writeln!(s, "fire lateness      {}", f.fire_lateness_ms.line());
         let _ = writeln!(s, "delivery lateness  {}", f.delivery_lateness_ms.line());
@@ -369,24 +378,4 @@ impl Report {
         std::fs::write(&svg, super::svg::histogram(self, fire, delivery))?;
         Ok((json, svg))
     }
-}
-
-/// `node 12.3 µs (45% busy), ...`, and the sum when there are several primaries.
-fn cpu_line(nodes: &[NodeCpu]) -> String {
-    let mut parts: Vec<String> = nodes
-        .iter()
-        .map(|n| {
-            format!(
-                "{} {:.1} µs ({:.0}% busy)",
-                n.node,
-                n.us_per_item,
-                n.busy * 100.0
-            )
-        })
-        .collect();
-    if nodes.len() > 1 {
-        let total: f64 = nodes.iter().map(|n| n.us_per_item).sum();
-        parts.push(format!("total {total:.1} µs"));
-    }
-    parts.join(", ")
 }

@@ -1,19 +1,15 @@
 //! The bench's surroundings: fresh topics, the instances it starts, Redis, clean-up.
 
+use super::instances::{InstanceStatus, Instances};
 use super::nodes::Nodes;
 use crate::config::{BenchArgs, KafkaArgs, RunArgs};
-use crate::service;
-use crate::shutdown::CancellationToken;
-use crate::status::Status;
 use crate::store::Store;
 use crate::topics::{self, TopicSpec};
 use anyhow::Context;
 use clap::Parser;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use std::collections::BTreeSet;
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// `ktimer run`'s flags on their own, to build the started instances' configuration
 /// exactly as the command line would (environment variables included).
@@ -21,13 +17,6 @@ use tokio::sync::watch;
 struct RunCli {
     #[command(flatten)]
     run: RunArgs,
-}
-
-/// One instance started by the bench, in this process.
-struct Started {
-    token: CancellationToken,
-    status: watch::Receiver<Status>,
-    join: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
 /// The topics, instances and Redis of one bench run.
@@ -50,8 +39,9 @@ pub struct Env {
     pub redis_url: String,
     /// Redis key prefix of the started instances (`None` for running instances).
     pub prefix: Option<String>,
+    /// The instances the bench started (none with `--instances 0`).
+    pub instances: Instances,
     created: Vec<String>,
-    started: Vec<Started>,
 }
 
 /// A short id unique to this run.
@@ -129,7 +119,7 @@ impl Env {
             redis_url: args.redis_url.clone(),
             prefix: own.then(|| base.clone()),
             created: names,
-            started: Vec::new(),
+            instances: Instances::default(),
         };
         if own {
             env.start(args, &base).await?;
@@ -142,7 +132,6 @@ impl Env {
     async fn start(&mut self, args: &BenchArgs, base: &str) -> anyhow::Result<()> {
         let k = &self.kafka;
         let mut argv: Vec<String> = [
-            "ktimer-run",
             "--brokers",
             &k.brokers,
             "--commands-topic",
@@ -161,8 +150,6 @@ impl Env {
             base,
             "--group-id",
             base,
-            "--admin-addr",
-            "off",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -174,45 +161,17 @@ impl Env {
             argv.extend(["--kafka-option".into(), format!("{key}={v}")]);
         }
         argv.extend(args.instance_args.iter().cloned());
-        let run_args = RunCli::try_parse_from(&argv)
-            .context("the --instance-arg flags")?
-            .run;
-        for _ in 0..args.instances {
-            let token = CancellationToken::new();
-            let (tx, status) = watch::channel(Status::default());
-            let join = tokio::spawn(service::run(run_args.clone(), token.clone(), tx));
-            self.started.push(Started {
-                token,
-                status,
-                join,
-            });
-        }
+        // The flags are checked here, where a mistake is reported once and clearly.
+        let mut check = vec!["ktimer-run".to_string()];
+        check.extend(argv.iter().cloned());
+        RunCli::try_parse_from(&check).context("the --instance-arg flags")?;
         eprintln!(
-            "bench {}: started {} ktimer instance(s); waiting until they own the {} partitions",
+            "bench {}: starting {} ktimer instance(s); waiting until they own the {} partitions",
             self.run, args.instances, args.partitions
         );
-        let want: BTreeSet<i32> = (0..args.partitions).collect();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        loop {
-            let owned: BTreeSet<i32> = self
-                .started
-                .iter()
-                .flat_map(|s| s.status.borrow().owned.clone())
-                .collect();
-            if owned == want {
-                return Ok(());
-            }
-            if self.started.iter().any(|s| s.join.is_finished()) {
-                anyhow::bail!(
-                    "a ktimer instance stopped before owning its partitions (see its log above)"
-                );
-            }
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "the instances own {owned:?} of {want:?} after 120 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.instances
+            .start(&argv, args.instances, args.partitions)
+            .await
     }
 
     async fn check_running(&self) -> anyhow::Result<()> {
@@ -257,36 +216,20 @@ impl Env {
         }
     }
 
-    /// Stops the started instances (draining them), then deletes what the run created
-    /// unless `keep`.
     /// Stops the started instances (SIGTERM's drain) and starts as many again, waiting
     /// until they own the partitions; answers the new instances' statuses.
-    pub async fn restart(&mut self, args: &BenchArgs) -> anyhow::Result<Vec<Status>> {
+    pub async fn restart(&mut self, args: &BenchArgs) -> anyhow::Result<Vec<InstanceStatus>> {
         let base = self.prefix.clone().context("instances the bench starts")?;
-        for s in &self.started {
-            s.token.cancel();
-        }
-        for s in self.started.drain(..) {
-            s.join.await??;
-        }
+        self.instances.stop().await?;
         self.start(args, &base).await?;
-        Ok(self
-            .started
-            .iter()
-            .map(|s| s.status.borrow().clone())
-            .collect())
+        Ok(self.instances.statuses().await)
     }
 
-    pub async fn teardown(self, keep: bool) {
-        for s in &self.started {
-            s.token.cancel();
-        }
-        for s in self.started {
-            match s.join.await {
-                Ok(Err(e)) => eprintln!("bench: an instance ended with an error: {e:#}"),
-                Err(e) => eprintln!("bench: an instance panicked: {e}"),
-                Ok(Ok(())) => {}
-            }
+    /// Stops the started instances (draining them), then deletes what the run created
+    /// unless `keep`.
+    pub async fn teardown(mut self, keep: bool) {
+        if let Err(e) = self.instances.stop().await {
+            eprintln!("bench: {e:#}");
         }
         if keep {
             eprintln!(

@@ -199,25 +199,41 @@ impl Scripts {
         }
     }
 
-    fn all(&self) -> [&Lua; 15] {
+    /// Every script with its name (the file it comes from).
+    fn named(&self) -> [(&'static str, &Lua); 15] {
         [
-            &self.apply,
-            &self.mark,
-            &self.claim,
-            &self.ack,
-            &self.recover,
-            &self.cron_due,
-            &self.materialize,
-            &self.acquire,
-            &self.checkpoint,
-            &self.checkpointed,
-            &self.written,
-            &self.restore,
-            &self.read,
-            &self.promote,
-            &self.list,
+            ("apply", &self.apply),
+            ("mark", &self.mark),
+            ("claim", &self.claim),
+            ("ack", &self.ack),
+            ("recover", &self.recover),
+            ("cron_due", &self.cron_due),
+            ("materialize", &self.materialize),
+            ("acquire", &self.acquire),
+            ("checkpoint", &self.checkpoint),
+            ("checkpointed", &self.checkpointed),
+            ("written", &self.written),
+            ("restore", &self.restore),
+            ("read", &self.read),
+            ("promote", &self.promote),
+            ("list", &self.list),
         ]
     }
+
+    fn all(&self) -> impl Iterator<Item = &Lua> {
+        self.named().into_iter().map(|(_, l)| l)
+    }
+}
+
+/// Every script's SHA1 (what EVALSHA names) and its name, for tools that attribute
+/// Redis's time to scripts (the bench).
+pub fn script_names() -> Vec<(String, &'static str)> {
+    let scripts = Scripts::new();
+    scripts
+        .named()
+        .iter()
+        .map(|(name, l)| (l.get_hash().to_string(), *name))
+        .collect()
 }
 
 /// Handle to the Redis store. Cheap to clone.
