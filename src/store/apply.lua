@@ -23,9 +23,11 @@
 --       application's fires are paced (its pending fires go to its parked set,
 --       KEYS[11] .. ':' .. application, not to the slices; claim.lua), +16 number of cron
 --       occurrences that follow, +17.. the occurrences to materialise
--- Returns {'fenced'} (also when Redis is behind ARGV[4]: it lost writes), or per command {code, version, state, due, reason} flattened; code
--- is accepted | duplicate | rejected; with ARGV[10] = '1', then the states to write: per
--- timer id, n, n field/value pairs (n = -1: a tombstone), as checkpoint.lua answers them.
+-- Returns {'fenced'} (also when Redis is behind ARGV[4]: it lost writes), or, packed
+-- with cmsgpack (one string; src/store/packed.rs reads it), per command {code, version,
+-- state, due, reason} flattened; code is accepted | duplicate | rejected; with ARGV[10]
+-- = '1', then the states to write: per timer id, n, n field/value pairs (n = -1: a
+-- tombstone), as checkpoint.lua answers them.
 -- Invariants:
 -- * the version of a timer is the offset of the last command that changed it, so every
 --   cron member "\1version:due:id" of an older version is stale and never claimed;
@@ -372,4 +374,4 @@ for _, id in ipairs(written) do
   end
 end
 rec_flush()
-return out
+return cmsgpack.pack(out)

@@ -155,7 +155,10 @@ impl Store {
         for (call, v) in answered.zip(replies.into_iter().flatten()) {
             match *call {
                 Call::Chunk(c) => {
-                    let row = Vec::<redis::Value>::from_redis_value(v).map_err(bad_reply)?;
+                    let row = match v {
+                        redis::Value::BulkString(b) => super::packed::unpack(&b)?,
+                        v => Vec::<redis::Value>::from_redis_value(v).map_err(bad_reply)?,
+                    };
                     let (answers, timers) = parse_chunk(row, chunks[c].len())?;
                     for (&i, a) in chunks[c].iter().zip(answers) {
                         applied[i] = Some(a);

@@ -45,6 +45,7 @@ pub mod guard;
 mod history;
 pub mod keys;
 mod list;
+mod packed;
 mod state;
 pub mod tune;
 mod view;
