@@ -258,6 +258,22 @@ impl Report {
                 p.bytes_per_timer <= 160.0,
             );
         }
+        let own = [
+            (
+                "command",
+                self.pending.as_ref().and_then(|p| p.ktimer_cpu.as_ref()),
+            ),
+            ("fire", f.ktimer_cpu.as_ref()),
+        ];
+        for (per, cpu) in own.iter().filter_map(|(per, c)| Some((per, (*c)?))) {
+            let what = format!("ktimer CPU <= 15 µs per {per}");
+            check(
+                &mut c,
+                &what,
+                format!("{:.1} µs", cpu.us_per_item),
+                cpu.us_per_item <= 15.0,
+            );
+        }
         if let Some(t) = &self.takeover {
             check(
                 &mut c,

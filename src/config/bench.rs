@@ -28,7 +28,7 @@ pub struct BenchArgs {
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
-    /// ktimer instances to start in this process on fresh topics; 0 uses the instances
+    /// ktimer instances to start (`ktimer run` child processes) on fresh topics; 0 uses the instances
     /// already running on `--commands-topic`.
     #[arg(long, env = "KTIMER_BENCH_INSTANCES", default_value_t = 1)]
     pub instances: usize,
