@@ -1,6 +1,7 @@
 //! The store's scripts against a real redis-server, with the time as an argument: the
 //! lifecycle corners of issue 12 (emptied minutes, max_fires reached by an update, the
-//! late FIRE_ONCE fire across a takeover) and application ownership.
+//! late FIRE_ONCE fire across a takeover), application ownership, and the records
+//! ktimer packs for record.lua.
 
 mod common;
 
@@ -198,4 +199,105 @@ async fn overdue_counts_due_fires_not_claimed() {
         (0, None),
         "claimed fires are not overdue"
     );
+}
+
+/// Runs `body` after record.lua and place.lua (the records' Lua side) for partition 0 of
+/// `w`'s store: `ARGV[1]` is the timer id.
+fn records_lua(w: &World, id: &str, body: &str) -> redis::Value {
+    let code = [
+        include_str!("../src/store/record.lua"),
+        include_str!("../src/store/place.lua"),
+        "rec_init(KEYS[1], '60000', nil)\n",
+        body,
+    ]
+    .concat();
+    let mut con = redis::Client::open(common::servers().redis_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("EVAL")
+        .arg(code)
+        .arg(1)
+        .arg(format!("{}:{{cmds:0}}:", w.prefix))
+        .arg(id)
+        .query(&mut con)
+        .expect("eval")
+}
+
+/// The record of a new one-shot timer is packed by ktimer, not by record.lua: the bytes
+/// stored are what record.lua's rec_pack writes for the fields its rec_get reads from
+/// them, and the state answered for the state topic is those fields. Timers due later
+/// (a bucket) and within the deferral window (no state owed yet), with the request id
+/// equal to the timer id or not.
+#[tokio::test]
+async fn a_new_timer_packed_by_ktimer_reads_as_record_lua_writes_it() {
+    let mut w = World::new("fresh").await;
+    let soon = once("soon", T0 + 5_000);
+    let mut far = once("far", T0 + 7_200_000);
+    far.callback = Some(ktimer::command::Callback {
+        topic: Some("orders.reminders".into()),
+        payload: vec![7; 300],
+        ..Default::default()
+    });
+    for cmd in [far, soon] {
+        let mut req = w.request(cmd, T0);
+        let id = req.timer_id.clone();
+        if id == "soon" {
+            // Its request id is its timer id (rec_pack writes `true` for it).
+            req.request_id = id.clone();
+        }
+        let (applied, _, written) = w.store.apply_writing(&[req], &[], T0).await.unwrap();
+        assert_eq!(applied[0].outcome, ApplyOutcome::Accepted, "{applied:?}");
+        let stored = records_lua(
+            &w,
+            &id,
+            "local a = rec_raw(ARGV[1]); return cmsgpack.pack(a)",
+        );
+        let repacked = records_lua(&w, &id, "return rec_pack(ARGV[1], rec_get(ARGV[1]))");
+        assert_eq!(
+            stored_bytes(&w, &id),
+            bytes(&repacked),
+            "{id}: rec_pack writes the same"
+        );
+        assert!(!bytes(&stored).is_empty());
+        let read = records_lua(
+            &w,
+            &id,
+            "local out = {}; rec_emit(rec_get(ARGV[1]), out); return out",
+        );
+        let pairs: Vec<Vec<u8>> = redis::from_redis_value(read).unwrap();
+        let fields: std::collections::BTreeMap<String, Vec<u8>> = pairs
+            .chunks(2)
+            .map(|p| (String::from_utf8(p[0].clone()).unwrap(), p[1].clone()))
+            .collect();
+        let answered: Vec<_> = written.iter().flat_map(|w| w.timers.clone()).collect();
+        if id == "soon" {
+            assert!(answered.is_empty(), "a deferred timer owes no state yet");
+            assert!(!fields.contains_key("p"));
+            continue;
+        }
+        let sent = answered[0].1.clone().expect("a state");
+        let sent: std::collections::BTreeMap<String, Vec<u8>> = sent
+            .fields
+            .into_iter()
+            .map(|(k, v)| (k, v.into_vec()))
+            .collect();
+        assert_eq!(sent, fields, "the state answered is what rec_get reads");
+    }
+}
+
+/// The raw bytes Redis holds for timer `id` (its bucket field or its own key).
+fn stored_bytes(w: &World, id: &str) -> Vec<u8> {
+    let v = records_lua(
+        w,
+        id,
+        "local s = redis.call('GET', REC.base .. 't:' .. ARGV[1]) \
+         if s then return s end \
+         return redis.call('HGET', rec_bucket(rec_hash(ARGV[1])), ARGV[1])",
+    );
+    bytes(&v)
+}
+
+fn bytes(v: &redis::Value) -> Vec<u8> {
+    redis::from_redis_value(v.clone()).expect("a string")
 }

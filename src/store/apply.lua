@@ -21,13 +21,16 @@
 --       exhausted), +12 origin ms (resume), +13 application, +14 most live timers the
 --       application may have in the partition ('' no limit), +15 '1' when the
 --       application's fires are paced (its pending fires go to its parked set,
---       KEYS[11] .. ':' .. application, not to the slices; claim.lua), +16 number of cron
---       occurrences that follow, +17.. the occurrences to materialise
+--       KEYS[11] .. ':' .. application, not to the slices; claim.lua), +16 and +17 the
+--       record of a new one-shot timer packed by the owner around its definition (head,
+--       tail; src/store/fresh.rs; '' when not a one-shot create), +18 number of cron
+--       occurrences that follow, +19.. the occurrences to materialise
 -- Returns {'fenced'} (also when Redis is behind ARGV[4]: it lost writes), or, packed
 -- with cmsgpack (one string; src/store/packed.rs reads it), per command {code, version,
 -- state, due, reason} flattened; code is accepted | duplicate | rejected; with ARGV[10]
 -- = '1', then the states to write: per timer id, n, n field/value pairs (n = -1: a
--- tombstone), as checkpoint.lua answers them.
+-- tombstone), as checkpoint.lua answers them, or id, -2, offset: the timer's state is the
+-- one the owner sent with the create at that offset (+16, +17).
 -- Invariants:
 -- * the version of a timer is the offset of the last command that changed it, so every
 --   cron member "\1version:due:id" of an older version is stale and never claimed;
@@ -142,7 +145,7 @@ local function install(t, a, id, off, live)
   end
   if live then
     local last
-    for i = a + 17, a + 16 + tonumber(ARGV[a + 16]) do
+    for i = a + 19, a + 18 + tonumber(ARGV[a + 18]) do
       slice_add(ARGV[i], slice_member('c', off, ARGV[i], id))
       last = ARGV[i]
     end
@@ -218,6 +221,18 @@ local function apply_one(a)
     if most ~= '' and rec_live_count(app) >= tonumber(most) then
       return 'rejected', 'pending timer limit: the application has ' .. most ..
         ' timers not yet done in this partition', t
+    end
+    if not t and ARGV[a + 4] == 'o' and ARGV[a + 16] ~= '' then
+      -- A new one-shot timer (the common case): its record comes packed by the owner.
+      local due_arg = ARGV[a + 5]
+      if tonumber(due_arg) <= soon then
+        redis.call('ZADD', KEYS[7], due_arg, id)
+        redis.call('ZADD', KEYS[8], 'LT', off, id)
+        deferred = true
+      end
+      rec_put_fresh(id, h, tonumber(due_arg), app, ARGV[a + 16], ARGV[a + 6], ARGV[a + 17])
+      slice_add(due_arg, id)
+      return 'accepted', '', {v = off, st = 'scheduled', due = due_arg, _fresh = true}
     end
     -- A timer whose state was written keeps owing its record (field p); one created
     -- again keeps its history.
@@ -356,7 +371,7 @@ while a <= #ARGV do
   out[#out + 1] = t.st or ''
   out[#out + 1] = t.due or ''
   out[#out + 1] = reason
-  a = a + 17 + tonumber(ARGV[a + 16])
+  a = a + 19 + tonumber(ARGV[a + 18])
 end
 for i = 1, #dirty, 1000 do
   redis.call('ZADD', KEYS[6], 'LT', unpack(dirty, i, math.min(i + 999, #dirty)))
@@ -368,7 +383,12 @@ if top > tonumber(redis.call('GET', KEYS[2]) or '-1') then
   redis.call('SET', KEYS[2], top)
 end
 for _, id in ipairs(written) do
-  if not rec_state_answer(id, last[id], out) then
+  local t = last[id]
+  if t._fresh then
+    out[#out + 1] = id
+    out[#out + 1] = -2
+    out[#out + 1] = t.v
+  elseif not rec_state_answer(id, t, out) then
     -- Ended before any state of it was written: nothing is owed.
     redis.call('ZREM', KEYS[10], id)
   end

@@ -1,6 +1,7 @@
 //! Applying commands (`apply.lua`) and marking handled offsets (`mark.lua`).
 
 use super::cron::refill_at;
+use super::fresh::Fresh;
 use super::state::States;
 use super::{bad_reply, Store, StoreError};
 use crate::codec;
@@ -98,6 +99,8 @@ impl Store {
         // One pipeline per partition (a cluster routes a pipeline to one slot); they run
         // concurrently, each keeping its partition's order.
         let mut pipes: BTreeMap<i32, (Pipeline, Vec<Call>)> = BTreeMap::new();
+        // The states of new one-shot timers, by (partition, offset).
+        let mut fresh = HashMap::new();
         for (c, chunk) in chunks.iter().enumerate() {
             let first = &reqs[chunk[0]];
             let k = self.keys(first.partition);
@@ -124,7 +127,10 @@ impl Store {
                 .arg(self.history.ttl_ms)
                 .arg(if writing { "1" } else { "0" });
             for &i in chunk {
-                command_args(&reqs[i], now_ms, &mut inv)?;
+                let history = self.history.entries > 0;
+                if let Some(f) = command_args(&reqs[i], now_ms, history, &mut inv)? {
+                    fresh.insert((reqs[i].partition, reqs[i].offset), f);
+                }
             }
             let (p, calls) = pipes.entry(first.partition).or_default();
             p.invoke_script(&inv);
@@ -159,7 +165,9 @@ impl Store {
                         redis::Value::BulkString(b) => super::packed::unpack(&b)?,
                         v => Vec::<redis::Value>::from_redis_value(v).map_err(bad_reply)?,
                     };
-                    let (answers, timers) = parse_chunk(row, chunks[c].len())?;
+                    let p = reqs[chunks[c][0]].partition;
+                    let sent = |off: i64| fresh.remove(&(p, off));
+                    let (answers, timers) = parse_chunk(row, chunks[c].len(), sent)?;
                     for (&i, a) in chunks[c].iter().zip(answers) {
                         applied[i] = Some(a);
                     }
@@ -232,8 +240,15 @@ impl Args for Vec<Vec<u8>> {
 /// Appends the argument group of one command (see the header of apply.lua): offset, op,
 /// timer id, request id, kind, due, definition, cron spec, misfire, max fires,
 /// materialised through, next refill, origin, application, its pending limit in the
-/// partition, the number of occurrences and the occurrences.
-fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<(), StoreError> {
+/// partition, its pacing, the record of a new one-shot timer ([`Fresh`], with the short
+/// history entry when `history`), the number of occurrences and the occurrences.
+/// Answers the state of the new one-shot timer, for apply.lua's answer that it used it.
+fn command_args(
+    r: &ApplyRequest,
+    now_ms: i64,
+    history: bool,
+    out: &mut impl Args,
+) -> Result<Option<TimerFields>, StoreError> {
     out.push(r.offset);
     out.push(op_name(&r.op));
     out.push(&r.timer_id);
@@ -245,10 +260,16 @@ fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<()
     let encode = |d: &TimerDef| codec::encode_stored(d).map_err(bad_reply);
     let def = r.op.def().map(encode).transpose()?.unwrap_or_default();
     let text = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_default();
+    let mut fresh = None;
     match schedule {
         Some(Schedule::Once { due_ms }) => {
             out.push("o");
             out.push(due_ms);
+            if let Op::Create { def: d, .. } = &r.op {
+                let deferred = *due_ms <= now_ms + super::state::DEFER_MS;
+                let f = Fresh::new(r, *due_ms, &def, &d.application, now_ms, deferred, history);
+                fresh = Some(f);
+            }
             out.push(def);
             (0..5).for_each(|_| out.push(""));
         }
@@ -283,13 +304,20 @@ fn command_args(r: &ApplyRequest, now_ms: i64, out: &mut impl Args) -> Result<()
     out.push(&r.application);
     out.push(r.max_pending.map(|n| n.to_string()).unwrap_or_default());
     out.push(if r.paced { "1" } else { "" });
+    match &fresh {
+        Some(f) => {
+            out.push(&f.head);
+            out.push(&f.tail);
+        }
+        None => (0..2).for_each(|_| out.push("")),
+    }
     let dues = match schedule {
         Some(Schedule::Cron { first, .. }) => first.dues.as_slice(),
         _ => &[],
     };
     out.push(dues.len());
     dues.iter().for_each(|d| out.push(d));
-    Ok(())
+    Ok(fresh.map(|f| f.fields))
 }
 
 fn op_name(op: &Op) -> &'static str {
@@ -313,7 +341,11 @@ fn misfire_code(p: MisfirePolicy) -> &'static str {
 
 /// Parses apply.lua's answer for a chunk of `n` commands: what each did, then the
 /// states to write.
-fn parse_chunk(row: Vec<redis::Value>, n: usize) -> Result<(Vec<Applied>, States), StoreError> {
+fn parse_chunk(
+    row: Vec<redis::Value>,
+    n: usize,
+    sent: impl FnMut(i64) -> Option<TimerFields>,
+) -> Result<(Vec<Applied>, States), StoreError> {
     if row.len() == 1 && matches!(&row[0], redis::Value::BulkString(b) if b == b"fenced") {
         return Ok((vec![Applied::fenced(); n], vec![]));
     }
@@ -333,7 +365,7 @@ fn parse_chunk(row: Vec<redis::Value>, n: usize) -> Result<(Vec<Applied>, States
         .chunks(ANSWER_FIELDS)
         .map(parse_applied)
         .collect::<Result<_, _>>()?;
-    Ok((applied, super::state::parse_states(row)?))
+    Ok((applied, super::state::parse_states(row, sent)?))
 }
 
 fn parse_applied(one: &[String]) -> Result<Applied, StoreError> {

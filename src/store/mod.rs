@@ -41,6 +41,7 @@ pub mod conn;
 mod cron;
 mod epoch;
 mod fires;
+mod fresh;
 pub mod guard;
 mod history;
 pub mod keys;

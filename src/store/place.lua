@@ -202,6 +202,50 @@ local function rec_put(id, t)
   end
 end
 
+-- A MessagePack string and a non-negative integer (below 65536) as cmsgpack writes them.
+local function rec_mp_str(x)
+  local n = #x
+  if n < 32 then
+    return string.char(160 + n) .. x
+  elseif n < 256 then
+    return '\217' .. string.char(n) .. x
+  elseif n < 65536 then
+    return '\218' .. string.char(math.floor(n / 256), n % 256) .. x
+  end
+  return '\219' .. string.char(math.floor(n / 16777216), math.floor(n / 65536) % 256,
+    math.floor(n / 256) % 256, n % 256) .. x
+end
+local function rec_mp_uint(n)
+  if n < 128 then
+    return string.char(n)
+  elseif n < 256 then
+    return '\204' .. string.char(n)
+  end
+  return '\205' .. string.char(math.floor(n / 256), n % 256)
+end
+
+-- Writes new scheduled one-shot timer `id` of application `app` (its id's hash `h`, due
+-- `due` ms), whose record the owner packed (src/store/fresh.rs): `head`, then definition
+-- `d` as rec_pack writes it (its prefix numbered), then `tail`. What rec_put does for
+-- such a timer, without a field table.
+local function rec_put_fresh(id, h, due, app, head, d, tail)
+  local x = rec_def_pack(d)
+  if type(x) == 'table' then
+    x = '\146' .. rec_mp_uint(x[1]) .. rec_mp_str(x[2])
+  else
+    x = rec_mp_str(x)
+  end
+  rec_tally(app, nil, 'scheduled')
+  local minute = math.floor(due / 60000)
+  if minute > rec_meta().pm then
+    redis.call('HSET', rec_bucket(h or rec_hash(id)), id, head .. x .. tail)
+    rec_count(minute, 1)
+    rec_split()
+  else
+    redis.call('SET', REC.base .. 't:' .. id, head .. x .. tail)
+  end
+end
+
 -- Stores the record count and the live counts that moved (call before returning).
 local function rec_flush()
   if REC.counted then

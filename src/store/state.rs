@@ -289,16 +289,23 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
     for _ in 0..m {
         page.in_flight.push(text(next()?)?);
     }
-    page.timers = parse_states(it)?;
+    page.timers = parse_states(it, |_| None)?;
     Ok(page)
 }
 
 /// Timer states answered by a script: id and fields, or `None` for a tombstone.
 pub(super) type States = Vec<(String, Option<TimerFields>)>;
 
+/// The count that answers "the state the owner sent" (then the offset of its command).
+const SENT: i64 = -2;
+
 /// Timer states as checkpoint.lua and apply.lua answer them: per timer its id, n, and n
-/// field/value pairs (n < 0: a tombstone).
-pub(super) fn parse_states(mut it: impl Iterator<Item = Value>) -> Result<States, StoreError> {
+/// field/value pairs (n = -1: a tombstone; n = -2, then an offset: the state the owner
+/// sent with the command at that offset, which `sent` hands over).
+pub(super) fn parse_states(
+    mut it: impl Iterator<Item = Value>,
+    mut sent: impl FnMut(i64) -> Option<TimerFields>,
+) -> Result<States, StoreError> {
     let int =
         |v: Value| -> Result<i64, StoreError> { redis::from_redis_value(v).map_err(bad_reply) };
     let text =
@@ -307,6 +314,12 @@ pub(super) fn parse_states(mut it: impl Iterator<Item = Value>) -> Result<States
     while let Some(id) = it.next() {
         let id = text(id)?;
         let n = int(it.next().ok_or_else(|| bad_reply("short timer"))?)?;
+        if n == SENT {
+            let off = int(it.next().ok_or_else(|| bad_reply("short sent state"))?)?;
+            let fields = sent(off).ok_or_else(|| bad_reply(format!("no state sent at {off}")))?;
+            timers.push((id, Some(fields)));
+            continue;
+        }
         if n < 0 {
             timers.push((id, None));
             continue;

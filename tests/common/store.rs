@@ -13,18 +13,22 @@ pub const T0: i64 = 1_800_000_000_000;
 /// A store on its own key prefix, partition 0 acquired.
 pub struct World {
     pub store: Store,
+    /// The store's key prefix.
+    pub prefix: String,
     pub epoch: i64,
     pub offset: i64,
 }
 
 impl World {
     pub async fn new(name: &str) -> World {
-        let store = Store::connect(&servers().redis_url, &unique(name), "cmds", 60_000)
+        let prefix = unique(name);
+        let store = Store::connect(&servers().redis_url, &prefix, "cmds", 60_000)
             .await
             .expect("redis");
         let epoch = store.acquire(0, T0).await.expect("acquire");
         World {
             store,
+            prefix,
             epoch,
             offset: 0,
         }

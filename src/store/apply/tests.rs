@@ -18,7 +18,7 @@ fn req(partition: i32, offset: i64, op: Op) -> ApplyRequest {
 
 fn collect(r: &ApplyRequest, now_ms: i64) -> Vec<Vec<u8>> {
     let mut args = Vec::new();
-    command_args(r, now_ms, &mut args).unwrap();
+    command_args(r, now_ms, true, &mut args).unwrap();
     args
 }
 
@@ -42,9 +42,21 @@ fn one_shot_create_args_follow_the_script_layout() {
     let t = texts(&args);
     assert_eq!(&t[..6], ["42", "create", "t1", "r1", "o", "1234"]);
     assert_eq!(args[6], codec::encode_stored(&def).unwrap());
-    assert_eq!(&t[7..], ["", "", "", "", "", "0", "app", "", "", "0"]);
-    // The group length apply.lua steps by: 17 + the number of occurrences.
-    assert_eq!(args.len(), 17);
+    assert_eq!(&t[7..16], ["", "", "", "", "", "0", "app", "", ""]);
+    // The record of the new timer around its definition, then no occurrences.
+    let fresh = Fresh::new(
+        &req(0, 42, Op::Cancel),
+        1_234,
+        &args[6],
+        "app",
+        0,
+        true,
+        true,
+    );
+    assert_eq!((&args[16], &args[17]), (&fresh.head, &fresh.tail));
+    assert_eq!(t[18], "0");
+    // The group length apply.lua steps by: 19 + the number of occurrences.
+    assert_eq!(args.len(), 19);
     // A pending limit and the pacing travel with the command.
     let mut limited = req(0, 42, Op::Cancel);
     limited.max_pending = Some(25);
@@ -81,7 +93,8 @@ fn cron_update_args_carry_the_window() {
     assert_eq!(serde_json::from_str::<CronSpec>(&t[7]).unwrap(), spec);
     // misfire, max fires, covered, refill halfway between now and covered, origin.
     assert_eq!(&t[8..13], ["skip", "3", "11000", "6000", "0"]);
-    assert_eq!(&t[13..], ["app", "", "", "2", "5000", "10000"]);
+    // No record of a new one-shot timer, then the occurrences.
+    assert_eq!(&t[13..], ["app", "", "", "", "", "2", "5000", "10000"]);
 }
 
 #[test]
@@ -89,7 +102,10 @@ fn lifecycle_args_have_no_schedule() {
     let t = texts(&collect(&req(0, 5, Op::Resume { origin_ms: 77 }), 0));
     assert_eq!(
         t,
-        ["5", "resume", "t1", "r1", "", "", "", "", "", "", "", "", "77", "app", "", "", "0"]
+        [
+            "5", "resume", "t1", "r1", "", "", "", "", "", "", "", "", "77", "app", "", "", "", "",
+            "0"
+        ]
     );
     let t = texts(&collect(&req(0, 6, Op::Cancel), 0));
     assert_eq!(&t[..2], ["6", "cancel"]);
@@ -137,6 +153,7 @@ fn answers_parse_into_typed_outcomes() {
             "unknown timer",
         ]),
         3,
+        |_| None,
     )
     .unwrap();
     assert_eq!(got[0].outcome, ApplyOutcome::Accepted);
@@ -149,10 +166,10 @@ fn answers_parse_into_typed_outcomes() {
     assert_eq!((got[2].version, got[2].state), (None, None));
     assert_eq!(got[2].reason, "unknown timer");
     assert!(states.is_empty());
-    let (fenced, _) = parse_chunk(row(&["fenced"]), 2).unwrap();
+    let (fenced, _) = parse_chunk(row(&["fenced"]), 2, |_| None).unwrap();
     assert!(fenced.iter().all(|a| a.outcome == ApplyOutcome::Fenced));
-    assert!(parse_chunk(row(&["accepted"]), 2).is_err());
-    assert!(parse_chunk(row(&["maybe", "", "", "", ""]), 1).is_err());
+    assert!(parse_chunk(row(&["accepted"]), 2, |_| None).is_err());
+    assert!(parse_chunk(row(&["maybe", "", "", "", ""]), 1, |_| None).is_err());
 }
 
 #[test]
@@ -166,9 +183,12 @@ fn states_to_write_follow_the_answers() {
     row.extend([text("t1"), Value::Int(2), text("st"), text("scheduled")]);
     row.extend([text("v"), Value::BulkString(b"\xff7".to_vec())]);
     row.extend([text("t2"), Value::Int(-1)]);
-    let (got, states) = parse_chunk(row, 1).unwrap();
+    row.extend([text("t3"), Value::Int(-2), Value::Int(42)]);
+    let sent = TimerFields::default();
+    let by_offset = |off: i64| (off == 42).then(|| sent.clone());
+    let (got, states) = parse_chunk(row.clone(), 1, by_offset).unwrap();
     assert_eq!(got[0].outcome, ApplyOutcome::Accepted);
-    assert_eq!(states.len(), 2);
+    assert_eq!(states.len(), 3);
     assert_eq!(states[0].0, "t1");
     let fields = states[0].1.as_ref().expect("fields");
     assert_eq!(fields.fields.len(), 2);
@@ -178,4 +198,13 @@ fn states_to_write_follow_the_answers() {
         "binary values kept as bytes"
     );
     assert_eq!(states[1], ("t2".to_string(), None));
+    assert_eq!(
+        states[2],
+        ("t3".to_string(), Some(sent)),
+        "the state sent at 42"
+    );
+    assert!(
+        parse_chunk(row, 1, |_| None).is_err(),
+        "a state answered as sent must have been sent"
+    );
 }

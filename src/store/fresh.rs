@@ -1,0 +1,114 @@
+//! A new one-shot timer's record, built by the owner: the partition has one writer, so
+//! what a create of a timer Redis holds no record of writes is known before the call.
+//! ktimer sends it packed (record.lua's `rec_pack` format: a MessagePack array in the
+//! order of `REC_FIELDS`) around the definition, which `apply.lua` fills in with the
+//! partition's prefix numbering (`rec_put_fresh`); the state the intake writes for it is
+//! built here too, so Redis answers only that it used this one. Lua no longer unpacks,
+//! packs or lists the fields of the most common command.
+//!
+//! Invariant: [`Fresh::fields`] are what `rec_get` would read from the record written,
+//! and the packed parts are what `rec_pack` would write for them (tests/store.rs holds
+//! both against record.lua on a real Redis).
+
+use crate::timer::{ApplyRequest, TimerFields};
+use serde_bytes::ByteBuf;
+
+/// `HIST_CREATED` in record.lua: a new one-shot timer's short history entry.
+const HIST_CREATED: i64 = 0;
+
+/// The record of a new one-shot timer, and its state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fresh {
+    /// The array header and the fields before the definition (`v st rq k due a`).
+    pub head: Vec<u8>,
+    /// The fields after the definition (`p h`), trailing absent ones left out.
+    pub tail: Vec<u8>,
+    /// The timer's fields once created, as the state topic takes them.
+    pub fields: TimerFields,
+}
+
+impl Fresh {
+    /// The record of `r`, a create of a one-shot timer due at `due_ms` with stored
+    /// definition `def` (of application `def_app`), applied at `now_ms`: `deferred` when
+    /// it is due within the deferral window (no state owed yet: no `p`), with the short
+    /// history entry when `history` (histories are kept).
+    pub fn new(
+        r: &ApplyRequest,
+        due_ms: i64,
+        def: &[u8],
+        def_app: &str,
+        now_ms: i64,
+        deferred: bool,
+        history: bool,
+    ) -> Fresh {
+        let h = history.then(|| {
+            let mut h = vec![0x91, 0x92];
+            write_int(&mut h, HIST_CREATED);
+            write_int(&mut h, due_ms - now_ms);
+            h
+        });
+        let own_rq = r.request_id == r.timer_id;
+        let named_app = r.application == def_app;
+        let count = match (&h, deferred) {
+            (Some(_), _) => 9,
+            (None, false) => 8,
+            (None, true) => 7,
+        };
+        let mut head = vec![0x90 | count];
+        write_int(&mut head, r.offset);
+        write_int(&mut head, 1); // REC_STATES: scheduled
+        match own_rq {
+            true => head.push(0xc3),
+            false => write_str(&mut head, r.request_id.as_bytes()),
+        }
+        head.push(0xc2); // a one-shot kind is absent
+        write_int(&mut head, due_ms);
+        match named_app {
+            true => head.push(0xc2),
+            false => write_str(&mut head, r.application.as_bytes()),
+        }
+        let mut tail = Vec::new();
+        if count > 7 {
+            match deferred {
+                true => tail.push(0xc2),
+                false => write_str(&mut tail, b"1"),
+            }
+        }
+        if let Some(h) = &h {
+            write_str(&mut tail, h);
+        }
+        let mut fields = vec![
+            ("v", r.offset.to_string().into_bytes()),
+            ("st", b"scheduled".to_vec()),
+            ("rq", r.request_id.as_bytes().to_vec()),
+            ("k", b"o".to_vec()),
+            ("due", due_ms.to_string().into_bytes()),
+            ("a", r.application.as_bytes().to_vec()),
+            ("d", def.to_vec()),
+        ];
+        if !deferred {
+            fields.push(("p", b"1".to_vec()));
+        }
+        if let Some(h) = h {
+            fields.push(("h", h));
+        }
+        let fields = TimerFields {
+            fields: fields
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), ByteBuf::from(v)))
+                .collect(),
+        };
+        Fresh { head, tail, fields }
+    }
+}
+
+/// A MessagePack integer, as small as it fits.
+fn write_int(out: &mut Vec<u8>, n: i64) {
+    rmp::encode::write_sint(out, n).expect("writing to a Vec");
+}
+
+/// A MessagePack string of raw bytes (cmsgpack reads every string as bytes).
+fn write_str(out: &mut Vec<u8>, s: &[u8]) {
+    rmp::encode::write_str_len(out, s.len() as u32).expect("writing to a Vec");
+    out.extend_from_slice(s);
+}
