@@ -1,7 +1,7 @@
 //! Applying commands (`apply.lua`) and marking handled offsets (`mark.lua`).
 
 use super::cron::refill_at;
-use super::fresh::Fresh;
+use super::fresh::{Fresh, FreshState};
 use super::state::States;
 use super::{bad_reply, Store, StoreError};
 use crate::codec;
@@ -128,7 +128,8 @@ impl Store {
                 .arg(if writing { "1" } else { "0" });
             for &i in chunk {
                 let history = self.history.entries > 0;
-                if let Some(f) = command_args(&reqs[i], now_ms, history, &mut inv)? {
+                let state = command_args(&reqs[i], now_ms, history, &mut inv)?;
+                if let Some(f) = state.filter(|_| writing) {
                     fresh.insert((reqs[i].partition, reqs[i].offset), f);
                 }
             }
@@ -166,7 +167,7 @@ impl Store {
                         v => Vec::<redis::Value>::from_redis_value(v).map_err(bad_reply)?,
                     };
                     let p = reqs[chunks[c][0]].partition;
-                    let sent = |off: i64| fresh.remove(&(p, off));
+                    let sent = |off: i64| fresh.remove(&(p, off)).map(FreshState::fields);
                     let (answers, timers) = parse_chunk(row, chunks[c].len(), sent)?;
                     for (&i, a) in chunks[c].iter().zip(answers) {
                         applied[i] = Some(a);
@@ -248,7 +249,7 @@ fn command_args(
     now_ms: i64,
     history: bool,
     out: &mut impl Args,
-) -> Result<Option<TimerFields>, StoreError> {
+) -> Result<Option<FreshState>, StoreError> {
     out.push(r.offset);
     out.push(op_name(&r.op));
     out.push(&r.timer_id);
@@ -317,7 +318,7 @@ fn command_args(
     };
     out.push(dues.len());
     dues.iter().for_each(|d| out.push(d));
-    Ok(fresh.map(|f| f.fields))
+    Ok(fresh.and_then(|f| f.state))
 }
 
 fn op_name(op: &Op) -> &'static str {

@@ -6,7 +6,7 @@
 //! built here too, so Redis answers only that it used this one. Lua no longer unpacks,
 //! packs or lists the fields of the most common command.
 //!
-//! Invariant: [`Fresh::fields`] are what `rec_get` would read from the record written,
+//! Invariant: [`FreshState::fields`] are what `rec_get` would read from the record written,
 //! and the packed parts are what `rec_pack` would write for them (tests/store.rs holds
 //! both against record.lua on a real Redis).
 
@@ -23,8 +23,20 @@ pub struct Fresh {
     pub head: Vec<u8>,
     /// The fields after the definition (`p h`), trailing absent ones left out.
     pub tail: Vec<u8>,
-    /// The timer's fields once created, as the state topic takes them.
-    pub fields: TimerFields,
+    /// What its state is made of; none for a deferred timer (it owes no state yet).
+    pub state: Option<FreshState>,
+}
+
+/// The fields of a new one-shot timer's state, kept until apply.lua says it used the
+/// record (most creates: the state is built only then).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FreshState {
+    offset: i64,
+    request_id: String,
+    due_ms: i64,
+    application: String,
+    def: Vec<u8>,
+    history: Option<Vec<u8>>,
 }
 
 impl Fresh {
@@ -47,27 +59,26 @@ impl Fresh {
             write_int(&mut h, due_ms - now_ms);
             h
         });
-        let own_rq = r.request_id == r.timer_id;
-        let named_app = r.application == def_app;
         let count = match (&h, deferred) {
             (Some(_), _) => 9,
             (None, false) => 8,
             (None, true) => 7,
         };
-        let mut head = vec![0x90 | count];
+        let mut head = Vec::with_capacity(32 + r.request_id.len());
+        head.push(0x90 | count);
         write_int(&mut head, r.offset);
         write_int(&mut head, 1); // REC_STATES: scheduled
-        match own_rq {
+        match r.request_id == r.timer_id {
             true => head.push(0xc3),
             false => write_str(&mut head, r.request_id.as_bytes()),
         }
         head.push(0xc2); // a one-shot kind is absent
         write_int(&mut head, due_ms);
-        match named_app {
+        match r.application == def_app {
             true => head.push(0xc2),
             false => write_str(&mut head, r.application.as_bytes()),
         }
-        let mut tail = Vec::new();
+        let mut tail = Vec::with_capacity(16);
         if count > 7 {
             match deferred {
                 true => tail.push(0xc2),
@@ -77,28 +88,40 @@ impl Fresh {
         if let Some(h) = &h {
             write_str(&mut tail, h);
         }
+        let state = (!deferred).then(|| FreshState {
+            offset: r.offset,
+            request_id: r.request_id.clone(),
+            due_ms,
+            application: r.application.clone(),
+            def: def.to_vec(),
+            history: h,
+        });
+        Fresh { head, tail, state }
+    }
+}
+
+impl FreshState {
+    /// The timer's fields once created, as the state topic takes them (state owed: `p`).
+    pub fn fields(self) -> TimerFields {
         let mut fields = vec![
-            ("v", r.offset.to_string().into_bytes()),
+            ("v", self.offset.to_string().into_bytes()),
             ("st", b"scheduled".to_vec()),
-            ("rq", r.request_id.as_bytes().to_vec()),
+            ("rq", self.request_id.into_bytes()),
             ("k", b"o".to_vec()),
-            ("due", due_ms.to_string().into_bytes()),
-            ("a", r.application.as_bytes().to_vec()),
-            ("d", def.to_vec()),
+            ("due", self.due_ms.to_string().into_bytes()),
+            ("a", self.application.into_bytes()),
+            ("d", self.def),
+            ("p", b"1".to_vec()),
         ];
-        if !deferred {
-            fields.push(("p", b"1".to_vec()));
-        }
-        if let Some(h) = h {
+        if let Some(h) = self.history {
             fields.push(("h", h));
         }
-        let fields = TimerFields {
+        TimerFields {
             fields: fields
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), ByteBuf::from(v)))
                 .collect(),
-        };
-        Fresh { head, tail, fields }
+        }
     }
 }
 
