@@ -162,10 +162,7 @@ impl Store {
         for (call, v) in answered.zip(replies.into_iter().flatten()) {
             match *call {
                 Call::Chunk(c) => {
-                    let row = match v {
-                        redis::Value::BulkString(b) => super::packed::unpack(&b)?,
-                        v => Vec::<redis::Value>::from_redis_value(v).map_err(bad_reply)?,
-                    };
+                    let row: Vec<redis::Value> = super::packed::items(v)?;
                     let p = reqs[chunks[c][0]].partition;
                     let sent = |off: i64| fresh.remove(&(p, off)).map(FreshState::fields);
                     let (answers, timers) = parse_chunk(row, chunks[c].len(), sent)?;

@@ -10,7 +10,8 @@
 --       before this ms were missed, 7 now ms, 8 retention ms, 9 the oldest checkpoint
 --       sequence Redis may hold, 10 most bytes of definitions to answer, 11.. pairs of
 --       application and the most fires of it to take (its quota; others: no quota)
--- Returns {next due ms or '', vanished, full, n, member, definition, member, definition,
+-- Returns, packed with cmsgpack (one string; src/store/packed.rs reads it), {next due ms
+-- or '', vanished, full, n, member, definition, member, definition,
 -- ..., then n pairs of application and parked members due left}, or {'fenced'}; a member
 -- is the in-flight member "version:due:id"; `vanished` counts slice members whose timer
 -- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
@@ -317,4 +318,4 @@ for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
 end
 out[1] = next_due
 out[4] = tostring(apps)
-return out
+return cmsgpack.pack(out)

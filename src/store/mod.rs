@@ -374,7 +374,8 @@ impl Store {
         Ok(n)
     }
 
-    /// Runs one script that answers a list, or `{'fenced'}` when `partition` is fenced.
+    /// Runs one script that answers a list (packed, [`packed`], or not), or `{'fenced'}`
+    /// when `partition` is fenced.
     async fn listed<T: redis::FromRedisValue + AsRef<[u8]>>(
         &self,
         op: &'static str,
@@ -383,7 +384,8 @@ impl Store {
     ) -> Result<Vec<T>, StoreError> {
         let mut p = redis::pipe();
         p.invoke_script(inv);
-        let (reply,): (Vec<T>,) = self.run(op, &p).await?;
+        let (reply,): (redis::Value,) = self.run(op, &p).await?;
+        let reply: Vec<T> = packed::items(reply)?;
         if reply.first().map(|h| h.as_ref()) == Some(&b"fenced"[..]) {
             return Err(StoreError::Fenced(partition));
         }

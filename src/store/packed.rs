@@ -8,7 +8,7 @@
 //! unchanged.
 
 use super::StoreError;
-use redis::Value;
+use redis::{FromRedisValue, Value};
 use rmpv::ValueRef;
 
 /// The items of a packed answer, as Redis would have answered them.
@@ -24,6 +24,19 @@ pub fn unpack(bytes: &[u8]) -> Result<Vec<Value>, StoreError> {
         ValueRef::Map(m) if m.is_empty() => Ok(vec![]),
         other => Err(bad(&format!("not an array: {other}"))),
     }
+}
+
+/// The items of a script's list answer, packed or a Redis array, as `T`.
+pub fn items<T: FromRedisValue>(reply: Value) -> Result<Vec<T>, StoreError> {
+    let items = match reply {
+        Value::BulkString(b) => unpack(&b)?,
+        v => Vec::<Value>::from_redis_value(v).map_err(|e| bad(&e.to_string()))?,
+    };
+    items
+        .into_iter()
+        .map(T::from_redis_value)
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(&e.to_string()))
 }
 
 /// One item, converted as Redis converts a Lua value.
@@ -87,6 +100,19 @@ mod tests {
                 Value::Nil,
             ]
         );
+    }
+
+    #[test]
+    fn packed_and_plain_lists_read_alike() {
+        let plain = Value::Array(vec![
+            Value::BulkString(b"1795651180123".to_vec()),
+            Value::Int(3),
+        ]);
+        let packed = pack(&Mp::Array(vec![Mp::from("1795651180123"), Mp::from(3)]));
+        let a: Vec<String> = items(plain).unwrap();
+        let b: Vec<String> = items(Value::BulkString(packed)).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a, ["1795651180123", "3"]);
     }
 
     #[test]
