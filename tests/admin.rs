@@ -291,7 +291,13 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
         .body("{not json");
     assert_eq!(answer(broken).await.0, StatusCode::BAD_REQUEST);
     let huge = json!({"timer_id": "t", "at_ms": far, "callback": {"payload": "x".repeat(2 << 20)}});
-    let (code, e) = ops.post("/timers", huge).await;
+    // Refused before its body is read, the request's connection is closed by the server:
+    // it must not go back to the client's pool for the next request.
+    let huge = ops
+        .req(reqwest::Method::POST, "/timers")
+        .header("connection", "close")
+        .json(&huge);
+    let (code, e) = answer(huge).await;
     assert_eq!(
         (code, e["error"].as_str()),
         (StatusCode::PAYLOAD_TOO_LARGE, Some("too_large"))
