@@ -26,11 +26,22 @@ extern "C" fn stop_children() {
     }
 }
 
+/// A loopback port nothing listens on, never one this process handed out before: the
+/// kernel may give the same free port to two binds in a row, and two servers started on it
+/// (seen: Redis and the broker) leave the second one dead behind the first one's port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap();
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Spawns a server from a thread that waits on it (so it lives as long as the server),
