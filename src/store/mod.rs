@@ -47,6 +47,7 @@ mod history;
 pub mod keys;
 mod list;
 mod packed;
+mod scripts;
 mod state;
 pub mod tune;
 mod view;
@@ -63,7 +64,9 @@ pub use view::{DeadLetters, Overdue, TimerView};
 
 use crate::retry::Retryable;
 use conn::{Client, Conn};
-use redis::{Pipeline, Script, ScriptInvocation};
+use redis::{Pipeline, ScriptInvocation};
+pub use scripts::script_names;
+use scripts::Scripts;
 use std::sync::Arc;
 
 /// Errors of the store.
@@ -124,119 +127,6 @@ impl StoreError {
 /// version 4 numbered definition prefixes (`dp`), so an older instance that takes the
 /// partition back rebuilds it instead of reading a definition it does not know.
 pub const STORE_FORMAT: i64 = 4;
-
-/// Timer records (`record.lua`: their packing, history and tallies; `place.lua`: where a
-/// timer lives, the buckets' growth) and timer helpers (`misfire.lua`: misfire planning,
-/// completion), prepended to every script that reads or writes timers.
-const PRELUDE: [&str; 3] = [
-    include_str!("record.lua"),
-    include_str!("place.lua"),
-    include_str!("misfire.lua"),
-];
-
-/// `code` with the prelude before it.
-fn with_prelude(code: &str) -> String {
-    [PRELUDE[0], PRELUDE[1], PRELUDE[2], code].concat()
-}
-
-/// A script with its source (to load it into every primary of a cluster).
-struct Lua {
-    script: Script,
-    code: String,
-}
-
-impl Lua {
-    fn new(code: &str) -> Lua {
-        Lua {
-            script: Script::new(code),
-            code: code.to_string(),
-        }
-    }
-}
-
-impl std::ops::Deref for Lua {
-    type Target = Script;
-    fn deref(&self) -> &Script {
-        &self.script
-    }
-}
-
-/// The Lua scripts, loaded once.
-struct Scripts {
-    apply: Lua,
-    mark: Lua,
-    claim: Lua,
-    ack: Lua,
-    recover: Lua,
-    cron_due: Lua,
-    materialize: Lua,
-    acquire: Lua,
-    checkpoint: Lua,
-    checkpointed: Lua,
-    written: Lua,
-    restore: Lua,
-    read: Lua,
-    promote: Lua,
-    list: Lua,
-}
-
-impl Scripts {
-    fn new() -> Scripts {
-        Scripts {
-            apply: Lua::new(&with_prelude(include_str!("apply.lua"))),
-            mark: Lua::new(include_str!("mark.lua")),
-            claim: Lua::new(&with_prelude(include_str!("claim.lua"))),
-            ack: Lua::new(&with_prelude(include_str!("ack.lua"))),
-            recover: Lua::new(&with_prelude(include_str!("recover.lua"))),
-            cron_due: Lua::new(&with_prelude(include_str!("cron_due.lua"))),
-            materialize: Lua::new(&with_prelude(include_str!("materialize.lua"))),
-            acquire: Lua::new(include_str!("acquire.lua")),
-            checkpoint: Lua::new(&with_prelude(include_str!("checkpoint.lua"))),
-            checkpointed: Lua::new(include_str!("checkpointed.lua")),
-            written: Lua::new(include_str!("written.lua")),
-            restore: Lua::new(&with_prelude(include_str!("restore.lua"))),
-            read: Lua::new(&with_prelude(include_str!("read.lua"))),
-            promote: Lua::new(&with_prelude(include_str!("promote.lua"))),
-            list: Lua::new(&with_prelude(include_str!("list.lua"))),
-        }
-    }
-
-    /// Every script with its name (the file it comes from).
-    fn named(&self) -> [(&'static str, &Lua); 15] {
-        [
-            ("apply", &self.apply),
-            ("mark", &self.mark),
-            ("claim", &self.claim),
-            ("ack", &self.ack),
-            ("recover", &self.recover),
-            ("cron_due", &self.cron_due),
-            ("materialize", &self.materialize),
-            ("acquire", &self.acquire),
-            ("checkpoint", &self.checkpoint),
-            ("checkpointed", &self.checkpointed),
-            ("written", &self.written),
-            ("restore", &self.restore),
-            ("read", &self.read),
-            ("promote", &self.promote),
-            ("list", &self.list),
-        ]
-    }
-
-    fn all(&self) -> impl Iterator<Item = &Lua> {
-        self.named().into_iter().map(|(_, l)| l)
-    }
-}
-
-/// Every script's SHA1 (what EVALSHA names) and its name, for tools that attribute
-/// Redis's time to scripts (the bench).
-pub fn script_names() -> Vec<(String, &'static str)> {
-    let scripts = Scripts::new();
-    scripts
-        .named()
-        .iter()
-        .map(|(name, l)| (l.get_hash().to_string(), *name))
-        .collect()
-}
 
 /// Handle to the Redis store. Cheap to clone.
 #[derive(Clone)]

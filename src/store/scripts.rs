@@ -1,0 +1,117 @@
+//! The Lua scripts (`src/store/*.lua`), each with the prelude it needs, loaded into Redis
+//! once at start (and again only if Redis lost them).
+
+use redis::Script;
+
+/// Timer records (`record.lua`: their packing, history and tallies; `place.lua`: where a
+/// timer lives, the buckets' growth) and timer helpers (`misfire.lua`: misfire planning,
+/// completion), prepended to every script that reads or writes timers.
+const PRELUDE: [&str; 3] = [
+    include_str!("record.lua"),
+    include_str!("place.lua"),
+    include_str!("misfire.lua"),
+];
+
+/// `code` with the prelude before it.
+fn with_prelude(code: &str) -> String {
+    [PRELUDE[0], PRELUDE[1], PRELUDE[2], code].concat()
+}
+
+/// A script with its source (to load it into every primary of a cluster).
+pub(super) struct Lua {
+    script: Script,
+    pub(super) code: String,
+}
+
+impl Lua {
+    fn new(code: &str) -> Lua {
+        Lua {
+            script: Script::new(code),
+            code: code.to_string(),
+        }
+    }
+}
+
+impl std::ops::Deref for Lua {
+    type Target = Script;
+    fn deref(&self) -> &Script {
+        &self.script
+    }
+}
+
+/// The Lua scripts, loaded once.
+pub(super) struct Scripts {
+    pub(super) apply: Lua,
+    pub(super) mark: Lua,
+    pub(super) claim: Lua,
+    pub(super) ack: Lua,
+    pub(super) recover: Lua,
+    pub(super) cron_due: Lua,
+    pub(super) materialize: Lua,
+    pub(super) acquire: Lua,
+    pub(super) checkpoint: Lua,
+    pub(super) checkpointed: Lua,
+    pub(super) written: Lua,
+    pub(super) restore: Lua,
+    pub(super) read: Lua,
+    pub(super) promote: Lua,
+    pub(super) list: Lua,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Scripts {
+        Scripts {
+            apply: Lua::new(&with_prelude(include_str!("apply.lua"))),
+            mark: Lua::new(include_str!("mark.lua")),
+            claim: Lua::new(&with_prelude(include_str!("claim.lua"))),
+            ack: Lua::new(&with_prelude(include_str!("ack.lua"))),
+            recover: Lua::new(&with_prelude(include_str!("recover.lua"))),
+            cron_due: Lua::new(&with_prelude(include_str!("cron_due.lua"))),
+            materialize: Lua::new(&with_prelude(include_str!("materialize.lua"))),
+            acquire: Lua::new(include_str!("acquire.lua")),
+            checkpoint: Lua::new(&with_prelude(include_str!("checkpoint.lua"))),
+            checkpointed: Lua::new(include_str!("checkpointed.lua")),
+            written: Lua::new(include_str!("written.lua")),
+            restore: Lua::new(&with_prelude(include_str!("restore.lua"))),
+            read: Lua::new(&with_prelude(include_str!("read.lua"))),
+            promote: Lua::new(&with_prelude(include_str!("promote.lua"))),
+            list: Lua::new(&with_prelude(include_str!("list.lua"))),
+        }
+    }
+
+    /// Every script with its name (the file it comes from).
+    pub(super) fn named(&self) -> [(&'static str, &Lua); 15] {
+        [
+            ("apply", &self.apply),
+            ("mark", &self.mark),
+            ("claim", &self.claim),
+            ("ack", &self.ack),
+            ("recover", &self.recover),
+            ("cron_due", &self.cron_due),
+            ("materialize", &self.materialize),
+            ("acquire", &self.acquire),
+            ("checkpoint", &self.checkpoint),
+            ("checkpointed", &self.checkpointed),
+            ("written", &self.written),
+            ("restore", &self.restore),
+            ("read", &self.read),
+            ("promote", &self.promote),
+            ("list", &self.list),
+        ]
+    }
+
+    pub(super) fn all(&self) -> impl Iterator<Item = &Lua> {
+        self.named().into_iter().map(|(_, l)| l)
+    }
+}
+
+/// Every script's SHA1 (what EVALSHA names) and its name, for tools that attribute
+/// Redis's time to scripts (the bench).
+pub fn script_names() -> Vec<(String, &'static str)> {
+    let scripts = Scripts::new();
+    scripts
+        .named()
+        .iter()
+        .map(|(name, l)| (l.get_hash().to_string(), *name))
+        .collect()
+}
