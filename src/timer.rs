@@ -255,6 +255,9 @@ pub struct Fire {
     pub due_ms: i64,
     /// What to deliver.
     pub def: TimerDef,
+    /// The record the claim read from the timer's own key (a scheduled one-shot timer):
+    /// its acknowledgement swaps it for its done form (`store::done`).
+    pub record: Option<Vec<u8>>,
 }
 
 /// The result of a claim: fires to deliver and when the next one is due.

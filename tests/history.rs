@@ -6,7 +6,7 @@ mod common;
 
 use common::store::{World, T0};
 use ktimer::command::{CommandKind, TimerCommand};
-use ktimer::store::{EntryOutcome, History, HistoryEntry, ListFilter};
+use ktimer::store::{Ack, EntryOutcome, History, HistoryEntry, ListFilter};
 use ktimer::timer::{ApplyOutcome, TimerState};
 use std::collections::BTreeMap;
 
@@ -45,6 +45,16 @@ async fn list_all(w: &World, f: &ListFilter) -> BTreeMap<String, usize> {
     seen
 }
 
+/// The acknowledgement of fire `member` produced at `fired_ms` in `attempt` (a dead
+/// letter when `dead` says why), as the trigger sends it when it holds no record.
+fn produced(member: &str, fired_ms: i64, attempt: i32, dead: Option<&str>) -> Ack {
+    Ack::Produced {
+        member: member.into(),
+        fired_ms,
+        attempt,
+        dead: dead.map(String::from),
+    }
+}
 #[tokio::test]
 async fn a_timer_history_holds_its_commands_rejections_and_fires() {
     let mut w = World::new("history").await;
@@ -63,7 +73,7 @@ async fn a_timer_history_holds_its_commands_rejections_and_fires() {
     assert_eq!(foreign.outcome, ApplyOutcome::Rejected);
     let claimed = w.claim(due, due).await;
     assert_eq!(claimed.fires.len(), 1);
-    let ack = format!("{}\t{}\t1", claimed.fires[0].member, due + 3);
+    let ack = produced(&claimed.fires[0].member, due + 3, 1, None);
     assert_eq!(w.store.ack(0, w.epoch, &[ack]).await.unwrap(), 1);
 
     let t = w.store.timer(0, "h").await.unwrap().expect("timer h");
@@ -114,7 +124,7 @@ async fn a_timer_history_holds_its_commands_rejections_and_fires() {
     // A dead-lettered fire says why.
     w.apply(once("app", "d", due), T0).await;
     let claimed = w.claim(due, due).await;
-    let ack = format!("!{}\t{}\t5\ntoo large", claimed.fires[0].member, due + 900);
+    let ack = produced(&claimed.fires[0].member, due + 900, 5, Some("too large"));
     w.store.ack(0, w.epoch, &[ack]).await.unwrap();
     let d = w.store.timer(0, "d").await.unwrap().expect("timer d");
     assert_eq!(d.state, Some(TimerState::DeadLettered));
@@ -276,7 +286,7 @@ async fn fire_now_adds_one_extra_fire_and_leaves_the_schedule_alone() {
         .await
         .unwrap();
     assert_eq!(again.len(), 1, "{again:?}");
-    let ack = format!("{}\t{}\t1", extra.member, now + 2);
+    let ack = produced(&extra.member, now + 2, 1, None);
     w.store.ack(0, w.epoch, &[ack]).await.unwrap();
 
     let t = w.store.timer(0, "f").await.unwrap().unwrap();
@@ -304,7 +314,7 @@ async fn fire_now_adds_one_extra_fire_and_leaves_the_schedule_alone() {
     w.apply(op("app", CommandKind::Pause, "p"), T0).await;
     w.apply(once("app", "dl", T0 + 100), T0).await;
     let c = w.claim(T0 + 100, T0 + 100).await;
-    let dead = format!("!{}\t{}\t3\nrefused", c.fires[0].member, T0 + 120);
+    let dead = produced(&c.fires[0].member, T0 + 120, 3, Some("refused"));
     w.store.ack(0, w.epoch, &[dead]).await.unwrap();
     for id in ["p", "dl"] {
         let a = w.apply(op("app", CommandKind::FireNow, id), T0 + 200).await;

@@ -6,6 +6,7 @@ mod common;
 
 use common::store::{World, T0};
 use ktimer::command::{CommandKind, TimerCommand};
+use ktimer::store::Ack;
 use ktimer::timer::{ApplyOutcome, TimerState};
 
 fn once(id: &str, at: i64) -> TimerCommand {
@@ -227,7 +228,10 @@ async fn records_share_definition_prefixes_and_fire_with_their_whole_definition(
                 assert_eq!(Some(&f.def.callback), c.callback.as_ref(), "{}", f.timer_id);
                 fired += 1;
             }
-            let members: Vec<String> = fires.iter().map(|f| f.member.clone()).collect();
+            let members: Vec<Ack> = fires
+                .iter()
+                .map(|f| Ack::Dropped(f.member.clone()))
+                .collect();
             w.store.ack(0, w.epoch, &members).await.unwrap();
         }
     }

@@ -6,7 +6,7 @@ mod common;
 
 use common::store::{window, World, T0};
 use ktimer::command::{CommandKind, TimerCommand};
-use ktimer::store::{CheckpointPage, Restore, Store};
+use ktimer::store::{Ack, CheckpointPage, Restore, Store};
 use ktimer::timer::TimerState;
 
 /// What the tests below add to the store harness.
@@ -36,7 +36,11 @@ impl Checkpoints for World {
             .claim(0, self.epoch, window(at, at - 1000, at))
             .await
             .expect("claim");
-        let members: Vec<String> = c.fires.iter().map(|f| f.member.clone()).collect();
+        let members: Vec<Ack> = c
+            .fires
+            .iter()
+            .map(|f| Ack::Dropped(f.member.clone()))
+            .collect();
         self.store.ack(0, self.epoch, &members).await.expect("ack");
         c.fires.into_iter().map(|f| f.timer_id).collect()
     }

@@ -135,6 +135,7 @@ mod tests {
                 application: "app".into(),
                 callback: cb,
             },
+            record: None,
         }
     }
 

@@ -11,9 +11,11 @@
 --       sequence Redis may hold, 10 most bytes of definitions to answer, 11.. pairs of
 --       application and the most fires of it to take (its quota; others: no quota)
 -- Returns, packed with cmsgpack (one string; src/store/packed.rs reads it), {next due ms
--- or '', vanished, full, n, member, definition, member, definition,
+-- or '', vanished, full, n, member, definition, record, member, definition, record,
 -- ..., then n pairs of application and parked members due left}, or {'fenced'}; a member
--- is the in-flight member "version:due:id"; `vanished` counts slice members whose timer
+-- is the in-flight member "version:due:id"; `record` is the packed record of a one-shot
+-- timer as read from its own key ('' for others: src/store/done.rs acknowledges a fire
+-- by swapping it for its done form); `vanished` counts slice members whose timer
 -- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
 -- the claim stopped at its limits (more may be due).
 -- Parking (a paced application's backlog stays in Redis, not in the trigger's memory):
@@ -132,12 +134,13 @@ local function cron_take(t, due, id)
   return take
 end
 
--- The in-flight member of slice member `member` (score `score`) of minute `m` and the
--- timer's definition when it fires, else nil (also when it was parked).
+-- The in-flight member of slice member `member` (score `score`) of minute `m`, the
+-- timer's definition and its packed record (one-shot, from its own key; else '') when it
+-- fires, else nil (also when it was parked).
 local function take(member, m, score)
   if string.byte(member, 1) ~= 1 then
     -- A one-shot timer: read raw (the hot path).
-    local a, where, h = rec_raw(member)
+    local a, where, h, s = rec_raw(member)
     if not a then
       vanished = vanished + 1
       return nil
@@ -160,7 +163,7 @@ local function take(member, m, score)
       if app then
         took(app)
       end
-      return f, rec_def(a[REC_D])
+      return f, rec_def(a[REC_D]), s or ''
     end
     return nil
   end
@@ -184,7 +187,7 @@ local function take(member, m, score)
       if app then
         took(app)
       end
-      return string.sub(member, 2), rec_def(a[REC_D])
+      return string.sub(member, 2), rec_def(a[REC_D]), ''
     end
     return nil
   end
@@ -201,7 +204,7 @@ local function take(member, m, score)
     if pacing then
       took(t.a)
     end
-    return string.sub(member, 2), t.d
+    return string.sub(member, 2), t.d, ''
   end
   return nil
 end
@@ -219,13 +222,14 @@ local function take_all(items, key, m)
     end
     n = n + 1
     local score = items[i + 1]
-    local member, def = take(items[i], m or math.floor(tonumber(score) / 60000), score)
+    local member, def, rec = take(items[i], m or math.floor(tonumber(score) / 60000), score)
     if member then
-      bytes_left = bytes_left - #def
+      bytes_left = bytes_left - #def - #rec
       flight[#flight + 1] = score
       flight[#flight + 1] = member
       out[#out + 1] = member
       out[#out + 1] = def
+      out[#out + 1] = rec
     end
   end
 end

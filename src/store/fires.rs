@@ -1,6 +1,6 @@
 //! The trigger's scripts: claiming due fires into the in-flight set (`claim.lua`),
 //! listing what is in flight after a takeover (`recover.lua`), and acknowledging
-//! delivered fires (`ack.lua`).
+//! delivered fires ([`super::ack`]).
 
 use super::{bad_reply, Store, StoreError};
 use crate::codec;
@@ -111,36 +111,7 @@ impl Store {
             inv.arg(m);
         }
         let reply: Vec<Vec<u8>> = self.listed("recover", partition, &inv).await?;
-        parse_fires(reply.into_iter())
-    }
-
-    /// Acknowledges delivered fires of `partition`; returns how many were still in flight.
-    /// An acknowledgement is a member, or says when and how it was produced (see ack.lua).
-    pub async fn ack(
-        &self,
-        partition: i32,
-        epoch: i64,
-        members: &[String],
-    ) -> Result<i64, StoreError> {
-        let k = self.keys(partition);
-        let mut inv = self.scripts.ack.prepare_invoke();
-        inv.key(k.epoch())
-            .key(k.inflight())
-            .key(k.cron())
-            .key(k.dirty())
-            .key(k.deferred())
-            .key(k.deferred_offsets())
-            .key(k.acks())
-            .key(k.apps())
-            .arg(epoch)
-            .arg(k.base())
-            .arg(self.retention_ms)
-            .arg(self.history.entries)
-            .arg(self.history.ttl_ms);
-        for m in members {
-            inv.arg(m);
-        }
-        self.counted("ack", partition, &inv).await
+        parse_fires(reply.into_iter(), false)
     }
 }
 
@@ -175,7 +146,7 @@ fn parse_claimed(reply: Vec<Vec<u8>>) -> Result<Claimed, StoreError> {
         parked.push((app, number(count, "parked count")?));
     }
     Ok(Claimed {
-        fires: parse_fires(rest.into_iter())?,
+        fires: parse_fires(rest.into_iter(), true)?,
         next_due_ms,
         vanished,
         full,
@@ -183,10 +154,19 @@ fn parse_claimed(reply: Vec<Vec<u8>>) -> Result<Claimed, StoreError> {
     })
 }
 
-/// Parses `member, definition` pairs (member `version:due:id`) into fires.
-fn parse_fires(mut it: impl Iterator<Item = Vec<u8>>) -> Result<Vec<Fire>, StoreError> {
+/// Parses `member, definition` pairs (member `version:due:id`) into fires; with
+/// `records`, triples: the record the claim read follows (empty: none).
+fn parse_fires(
+    mut it: impl Iterator<Item = Vec<u8>>,
+    records: bool,
+) -> Result<Vec<Fire>, StoreError> {
     let mut out = Vec::new();
     while let (Some(member), Some(def)) = (it.next(), it.next()) {
+        let record = match (records, it.next()) {
+            (false, _) => None,
+            (true, Some(r)) => (!r.is_empty()).then_some(r),
+            (true, None) => return Err(bad_reply("claim: a fire without its record")),
+        };
         let member = String::from_utf8(member).map_err(bad_reply)?;
         let bad = || bad_reply(format!("bad fire member {member}"));
         let mut parts = member.splitn(3, ':');
@@ -203,6 +183,7 @@ fn parse_fires(mut it: impl Iterator<Item = Vec<u8>>) -> Result<Vec<Fire>, Store
             version,
             due_ms,
             def,
+            record,
         });
     }
     Ok(out)
@@ -221,7 +202,7 @@ mod tests {
         };
         let stored = codec::encode_stored(&def).unwrap();
         let reply = vec![b"12:5000:order:42".to_vec(), stored.clone()];
-        let fires = parse_fires(reply.into_iter()).unwrap();
+        let fires = parse_fires(reply.into_iter(), false).unwrap();
         assert_eq!(
             fires,
             vec![Fire {
@@ -230,14 +211,23 @@ mod tests {
                 version: 12,
                 due_ms: 5000,
                 def,
+                record: None,
             }]
         );
+        let with = vec![b"1:2:a".to_vec(), stored.clone(), b"\x91\x01".to_vec()];
+        let fires = parse_fires(with.into_iter(), true).unwrap();
+        assert_eq!(fires[0].record.as_deref(), Some(&b"\x91\x01"[..]));
+        let none = vec![b"1:2:a".to_vec(), stored.clone(), vec![]];
+        assert_eq!(parse_fires(none.into_iter(), true).unwrap()[0].record, None);
+        let short = vec![b"1:2:a".to_vec(), stored.clone()];
+        assert!(parse_fires(short.into_iter(), true).is_err());
         for bad in ["12:5000", "x:5000:id", "12:y:id"] {
             let reply = vec![bad.as_bytes().to_vec(), stored.clone()];
-            assert!(parse_fires(reply.into_iter()).is_err(), "{bad}");
+            assert!(parse_fires(reply.into_iter(), false).is_err(), "{bad}");
         }
-        assert!(parse_fires(vec![b"1:2:id".to_vec(), b"\xff".to_vec()].into_iter()).is_err());
-        assert!(parse_fires(std::iter::empty()).unwrap().is_empty());
+        let bad_def = vec![b"1:2:id".to_vec(), b"\xff".to_vec()];
+        assert!(parse_fires(bad_def.into_iter(), false).is_err());
+        assert!(parse_fires(std::iter::empty(), true).unwrap().is_empty());
     }
 
     #[test]
@@ -251,6 +241,7 @@ mod tests {
             b("2"),
             b("7:5000:x"),
             stored,
+            b(""),
             b("paced"),
             b("40"),
             b("slow"),

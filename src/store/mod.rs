@@ -30,15 +30,17 @@
 //! | `PREFIX:{topic:p}:fence` | hash | left by a rebuild: the restored checkpoint's applied offset `a`, fire watermark `w` and `f:MEMBER` per fire it listed in flight; a replayed command's fire under both and not listed was acknowledged already and is not claimed again |
 //!
 //! One file per script family: [`apply`] (commands and offset marks), [`fires`] (claim,
-//! recover, acknowledge), [`cron`] (the migrator's window), [`epoch`] (ownership),
+//! recover), [`ack`] (acknowledge: a record swap built in [`done`], else `ack.lua`), [`cron`] (the migrator's window), [`epoch`] (ownership),
 //! [`state`] (checkpoints and restoring from the state topic), [`view`] (the admin
 //! port's typed look-up, with [`history`]) and [`list`] (its listing and counts). The
 //! scripts are in `src/store/*.lua`, loaded into Redis once at start (and again only if
 //! Redis lost them).
 
+mod ack;
 mod apply;
 pub mod conn;
 mod cron;
+mod done;
 mod epoch;
 mod fires;
 mod fresh;
@@ -52,8 +54,10 @@ mod state;
 pub mod tune;
 mod view;
 
+pub use ack::Ack;
 pub use apply::{ApplyResult, Mark, Written};
 pub use cron::CronDue;
+pub use done::{swap, Swap};
 pub use epoch::PartitionState;
 pub use fires::ClaimWindow;
 pub use history::{EntryOutcome, HistoryEntry};

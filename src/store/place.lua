@@ -55,11 +55,11 @@ end
 -- The fire path's fast read of timer `id`: its packed array (positions above; the state
 -- as its code, a one-shot kind as false), where it is ('own' or 'bucket') and, from a
 -- bucket, the id's hash; nil (and the hash) when Redis has no record of it. No field
--- table is built.
+-- table is built. From its own key, the packed record follows (fourth value).
 local function rec_raw(id)
   local s = redis.call('GET', REC.base .. 't:' .. id)
   if s then
-    return cmsgpack.unpack(s), 'own'
+    return cmsgpack.unpack(s), 'own', nil, s
   end
   local h = rec_hash(id)
   s = redis.call('HGET', rec_bucket(h), id)

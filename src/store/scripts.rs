@@ -45,6 +45,7 @@ pub(super) struct Scripts {
     pub(super) mark: Lua,
     pub(super) claim: Lua,
     pub(super) ack: Lua,
+    pub(super) swap: Lua,
     pub(super) recover: Lua,
     pub(super) cron_due: Lua,
     pub(super) materialize: Lua,
@@ -65,6 +66,7 @@ impl Scripts {
             mark: Lua::new(include_str!("mark.lua")),
             claim: Lua::new(&with_prelude(include_str!("claim.lua"))),
             ack: Lua::new(&with_prelude(include_str!("ack.lua"))),
+            swap: Lua::new(include_str!("swap.lua")),
             recover: Lua::new(&with_prelude(include_str!("recover.lua"))),
             cron_due: Lua::new(&with_prelude(include_str!("cron_due.lua"))),
             materialize: Lua::new(&with_prelude(include_str!("materialize.lua"))),
@@ -80,12 +82,13 @@ impl Scripts {
     }
 
     /// Every script with its name (the file it comes from).
-    pub(super) fn named(&self) -> [(&'static str, &Lua); 15] {
+    pub(super) fn named(&self) -> [(&'static str, &Lua); 16] {
         [
             ("apply", &self.apply),
             ("mark", &self.mark),
             ("claim", &self.claim),
             ("ack", &self.ack),
+            ("swap", &self.swap),
             ("recover", &self.recover),
             ("cron_due", &self.cron_due),
             ("materialize", &self.materialize),

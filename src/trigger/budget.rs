@@ -182,6 +182,7 @@ mod tests {
             version: 1,
             due_ms: 0,
             def: Default::default(),
+            record: None,
         };
         f.def.application = app.into();
         f.def.callback.payload = vec![0; payload];

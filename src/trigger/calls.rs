@@ -8,11 +8,10 @@
 //! finished; a call that failed leaves the task as a failed awaited call did (members to
 //! acknowledge kept, the in-flight set read again after a claim whose outcome is unknown).
 
-use super::delivery::acked_member;
 use super::paced;
 use super::plan::next_claim;
 use super::task::Trigger;
-use crate::store::{ClaimWindow, StoreError};
+use crate::store::{Ack, ClaimWindow, StoreError};
 use crate::timer::Claimed;
 use std::future::Future;
 use std::pin::Pin;
@@ -25,7 +24,7 @@ pub(super) type Call = Pin<Box<dyn Future<Output = Done> + Send>>;
 pub(super) enum Done {
     /// Acknowledged `members` (issued at `issued`, for the lease).
     Acked {
-        members: Vec<String>,
+        members: Vec<Ack>,
         issued: Instant,
         result: Result<i64, StoreError>,
     },
@@ -137,7 +136,7 @@ impl Trigger {
                 }
                 self.lease.confirm(issued);
                 for a in &members {
-                    self.held.remove(acked_member(a));
+                    self.held.remove(a.member());
                 }
                 self.in_flight_gauge();
             }

@@ -6,7 +6,7 @@ use super::task::Trigger;
 use crate::pace::Rate;
 use crate::retry::{worth_logging, Backoff};
 use crate::sink::{delivered, Failure, SinkError, Stamp};
-use crate::store::StoreError;
+use crate::store::{self, Ack, StoreError};
 use futures::FutureExt;
 
 /// Bursts a delivery rate limit lets through at once: this many seconds' worth.
@@ -44,21 +44,20 @@ pub(super) fn next(
     Next::Retry(b.delay(attempt.max(1) as u32))
 }
 
-/// The acknowledgement of a fire produced at `fired_ms` in attempt `attempt` (see
-/// ack.lua): `member\tfired\tattempt`, or `!member\tfired\tattempt\nreason` when it went to
-/// the dead-letter topic because of `dead`. (Timer ids hold no control characters.)
-fn produced_ack(p: &Pending, dead: Option<&str>) -> String {
-    let (member, fired, attempt) = (&p.fire.member, p.fired_ms, p.attempt);
-    match dead {
-        None => format!("{member}\t{fired}\t{attempt}"),
-        Some(why) => format!("!{member}\t{fired}\t{attempt}\n{why}"),
-    }
-}
-
-/// The in-flight member an acknowledgement names.
-pub(super) fn acked_member(ack: &str) -> &str {
-    let ack = ack.strip_prefix('!').unwrap_or(ack);
-    ack.split(['\n', '\t']).next().unwrap_or_default()
+/// The acknowledgement of a fire produced (see [`Ack`]): a record swap when the claim
+/// read its record and it is a scheduled one-shot one, else what `ack.lua` decides from;
+/// to the dead-letter topic because of `dead`.
+fn produced_ack(p: &Pending, dead: Option<&str>) -> Ack {
+    let swap = match (dead, &p.fire.record) {
+        (None, Some(read)) => store::swap(&p.fire, read, p.fired_ms, p.attempt),
+        _ => None,
+    };
+    swap.map(Ack::Swap).unwrap_or_else(|| Ack::Produced {
+        member: p.fire.member.clone(),
+        fired_ms: p.fired_ms,
+        attempt: p.attempt,
+        dead: dead.map(String::from),
+    })
 }
 
 impl Trigger {
@@ -75,7 +74,7 @@ impl Trigger {
             let fire = &pending.fire;
             if self.gate.blocks(&fire.timer_id, fire.version) {
                 self.m.stale.inc();
-                self.acks.push(pending.fire.member);
+                self.acks.push(Ack::Dropped(pending.fire.member));
                 continue;
             }
             let (pending, at) = self.pace(pending, now);
@@ -248,26 +247,27 @@ mod tests {
     }
 
     #[test]
-    fn an_acknowledgement_names_its_member_and_how_it_went_out() {
+    fn a_produced_fire_with_its_record_is_acknowledged_by_a_swap() {
         let fire = crate::timer::Fire {
             member: "1:5:t".into(),
             timer_id: "t".into(),
             version: 1,
             due_ms: 5,
             def: Default::default(),
+            // [v, st, rq, k, due]: a scheduled one-shot record of version 1.
+            record: Some(vec![0x95, 1, 1, 0xc3, 0xc2, 5]),
         };
-        let p = Pending {
+        let mut p = Pending {
             fire,
             attempt: 2,
             dead: None,
             paced: false,
             fired_ms: 9,
         };
-        assert_eq!(acked_member("1:5:t"), "1:5:t");
-        assert_eq!(produced_ack(&p, None), "1:5:t\t9\t2");
-        assert_eq!(acked_member(&produced_ack(&p, None)), "1:5:t");
+        assert!(matches!(produced_ack(&p, None), Ack::Swap(_)));
         let dead = produced_ack(&p, Some("too large"));
-        assert_eq!(dead, "!1:5:t\t9\t2\ntoo large");
-        assert_eq!(acked_member(&dead), "1:5:t");
+        assert_eq!(dead.line(), "!1:5:t\t9\t2\ntoo large");
+        p.fire.record = None;
+        assert_eq!(produced_ack(&p, None).line(), "1:5:t\t9\t2");
     }
 }

@@ -70,6 +70,7 @@ mod tests {
             version: 1,
             due_ms: 1,
             def: Default::default(),
+            record: None,
         };
         f.def.application = app.into();
         f

@@ -74,6 +74,7 @@ mod tests {
                 version: 1,
                 due_ms,
                 def: Default::default(),
+                record: None,
             },
             attempt: 1,
             dead: None,

@@ -13,7 +13,7 @@ use crate::pace::Pacer;
 use crate::retry::Retry;
 use crate::shutdown::{within_deadline, CancellationToken, CALL_GRACE};
 use crate::sink::{Sink, SinkError};
-use crate::store::{Store, StoreError};
+use crate::store::{Ack, Store, StoreError};
 use crate::timer::Fire;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -74,7 +74,7 @@ pub(super) struct Trigger {
     pub ready: Ready,
     pub sending: FuturesUnordered<Sending>,
     /// Members delivered and not yet acknowledged in Redis.
-    pub acks: Vec<String>,
+    pub acks: Vec<Ack>,
     pub m: Handles,
     pub lease: Lease,
     /// Whether the producer answers its fires (no claims, and a drain mark, while not).

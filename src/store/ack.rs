@@ -1,0 +1,178 @@
+//! Acknowledging delivered fires: an [`Ack`] per fire, sent as a record swap
+//! (`swap.lua`, the one-shot fires whose record ktimer holds, [`super::done`]) or as a
+//! line `ack.lua` reads (everything else, and the swaps Redis answered back because the
+//! timer changed since its claim).
+
+use super::done::Swap;
+use super::{Store, StoreError};
+
+/// The acknowledgement of one in-flight fire.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ack {
+    /// Dropped before delivery (its timer changed since the claim): the member alone.
+    Dropped(String),
+    /// Produced at `fired_ms` in `attempt`; to the dead-letter topic when `dead` says why.
+    Produced {
+        /// The in-flight member.
+        member: String,
+        /// When it was produced, Unix epoch ms.
+        fired_ms: i64,
+        /// In which delivery attempt.
+        attempt: i32,
+        /// Why it went to the dead-letter topic instead of its callback topic.
+        dead: Option<String>,
+    },
+    /// Produced, its done record built by ktimer.
+    Swap(Swap),
+}
+
+impl Ack {
+    /// The in-flight member it acknowledges.
+    pub fn member(&self) -> &str {
+        match self {
+            Ack::Dropped(m) | Ack::Produced { member: m, .. } => m,
+            Ack::Swap(s) => &s.member,
+        }
+    }
+
+    /// The line `ack.lua` reads: `member`, `member\tfired\tattempt`, or
+    /// `!member\tfired\tattempt\nreason` for a dead letter. (Timer ids hold no control
+    /// characters; a reason holds no newline.)
+    pub fn line(&self) -> String {
+        match self {
+            Ack::Dropped(m) => m.clone(),
+            Ack::Produced {
+                member,
+                fired_ms,
+                attempt,
+                dead: None,
+            } => format!("{member}\t{fired_ms}\t{attempt}"),
+            Ack::Produced {
+                member,
+                fired_ms,
+                attempt,
+                dead: Some(why),
+            } => format!("!{member}\t{fired_ms}\t{attempt}\n{why}"),
+            Ack::Swap(s) => format!("{}\t{}\t{}", s.member, s.fired_ms, s.attempt),
+        }
+    }
+}
+
+impl Store {
+    /// Acknowledges delivered fires of `partition`; returns how many were still in flight.
+    pub async fn ack(&self, partition: i32, epoch: i64, acks: &[Ack]) -> Result<i64, StoreError> {
+        let swaps: Vec<&Swap> = acks
+            .iter()
+            .filter_map(|a| match a {
+                Ack::Swap(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        let (mut n, back) = if swaps.is_empty() {
+            (0, Vec::new())
+        } else {
+            self.swap(partition, epoch, &swaps).await?
+        };
+        let lines: Vec<String> = acks
+            .iter()
+            .filter(|a| !matches!(a, Ack::Swap(s) if !back.contains(&s.member)))
+            .map(Ack::line)
+            .collect();
+        if !lines.is_empty() {
+            n += self.ack_lines(partition, epoch, &lines).await?;
+        }
+        Ok(n)
+    }
+
+    /// Swaps the records of `swaps` (swap.lua): how many were in flight, and the members
+    /// answered back.
+    async fn swap(
+        &self,
+        partition: i32,
+        epoch: i64,
+        swaps: &[&Swap],
+    ) -> Result<(i64, Vec<String>), StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.swap.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.inflight())
+            .key(k.dirty())
+            .key(k.deferred())
+            .key(k.deferred_offsets())
+            .key(k.acks())
+            .key(k.apps())
+            .key(k.states())
+            .arg(epoch)
+            .arg(k.base())
+            .arg(self.retention_ms);
+        for s in swaps {
+            inv.arg(&s.member)
+                .arg(&s.timer_id)
+                .arg(&s.read)
+                .arg(&s.done)
+                .arg(&s.application)
+                .arg(if s.written { "1" } else { "" });
+        }
+        let mut p = redis::pipe();
+        p.invoke_script(&inv);
+        let (reply,): (Vec<redis::Value>,) = self.run("swap", &p).await?;
+        let mut it = reply.into_iter();
+        let n = match it.next() {
+            Some(redis::Value::Int(n)) if n >= 0 => n,
+            Some(redis::Value::Int(_)) => return Err(StoreError::Fenced(partition)),
+            other => return Err(super::bad_reply(format!("swap: {other:?}"))),
+        };
+        let back = it
+            .map(|v| redis::from_redis_value::<String>(v).map_err(super::bad_reply))
+            .collect::<Result<_, _>>()?;
+        Ok((n, back))
+    }
+
+    /// Acknowledges fires by the lines ack.lua reads ([`Ack::line`]).
+    async fn ack_lines(
+        &self,
+        partition: i32,
+        epoch: i64,
+        lines: &[String],
+    ) -> Result<i64, StoreError> {
+        let k = self.keys(partition);
+        let mut inv = self.scripts.ack.prepare_invoke();
+        inv.key(k.epoch())
+            .key(k.inflight())
+            .key(k.cron())
+            .key(k.dirty())
+            .key(k.deferred())
+            .key(k.deferred_offsets())
+            .key(k.acks())
+            .key(k.apps())
+            .arg(epoch)
+            .arg(k.base())
+            .arg(self.retention_ms)
+            .arg(self.history.entries)
+            .arg(self.history.ttl_ms);
+        for l in lines {
+            inv.arg(l);
+        }
+        self.counted("ack", partition, &inv).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_acknowledgement_names_its_member_and_how_it_went_out() {
+        let produced = |dead: Option<&str>| Ack::Produced {
+            member: "1:5:t".into(),
+            fired_ms: 9,
+            attempt: 2,
+            dead: dead.map(String::from),
+        };
+        assert_eq!(Ack::Dropped("1:5:t".into()).line(), "1:5:t");
+        assert_eq!(produced(None).line(), "1:5:t\t9\t2");
+        let dead = produced(Some("too large"));
+        assert_eq!(dead.line(), "!1:5:t\t9\t2\ntoo large");
+        assert_eq!(dead.member(), "1:5:t");
+    }
+}
