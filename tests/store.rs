@@ -361,10 +361,7 @@ async fn a_fire_acknowledged_by_a_swap_leaves_what_ack_lua_leaves() {
             .fires
             .iter()
             .map(|f| {
-                let read = f
-                    .record
-                    .as_deref()
-                    .expect("the record read from its own key");
+                let read = f.record.clone().expect("the record read from its own key");
                 let s = ktimer::store::swap(f, read, due + 2, 1).expect("a one-shot record");
                 assert_eq!(
                     s.written,

@@ -50,8 +50,8 @@ pub struct Swap {
 /// The swap acknowledging `fire` (whose record the claim read as `read`), produced at
 /// `fired_ms` in attempt `attempt`; `None` unless `read` is a scheduled one-shot record of
 /// the fire's version with no last fire.
-pub fn swap(fire: &Fire, read: &[u8], fired_ms: i64, attempt: i32) -> Option<Swap> {
-    let items = split(read)?;
+pub fn swap(fire: &Fire, read: Vec<u8>, fired_ms: i64, attempt: i32) -> Option<Swap> {
+    let items = split(&read)?;
     let int = |i: usize| rmpv::decode::read_value(&mut &items[i][..]).ok()?.as_u64();
     let is_false = |i: usize| items.get(i).is_none_or(|b| b[..] == [0xc2]);
     if items.len() > LX || int(ST)? != SCHEDULED || !is_false(K) {
@@ -94,7 +94,7 @@ pub fn swap(fire: &Fire, read: &[u8], fired_ms: i64, attempt: i32) -> Option<Swa
     Some(Swap {
         member: fire.member.clone(),
         timer_id: fire.timer_id.clone(),
-        read: read.to_vec(),
+        read,
         done,
         application,
         written,
@@ -146,7 +146,7 @@ mod tests {
 
     #[test]
     fn a_scheduled_one_shot_record_becomes_fired_with_its_last_fire() {
-        let s = swap(&fire(7), &record(1, 0xc2, 0xc2), 9000, 2).unwrap();
+        let s = swap(&fire(7), record(1, 0xc2, 0xc2), 9000, 2).unwrap();
         let mut want = vec![
             0x9a, 7, 3, 0xc3, 0xc2, 0xcd, 0x13, 0x88, 0xc2, 0xa2, b'd', 0xff,
         ];
@@ -156,7 +156,7 @@ mod tests {
         assert_eq!(s.done, want);
         assert_eq!((s.application.as_str(), s.written), ("app", false));
         assert!(
-            swap(&fire(7), &record(1, 0xc2, 0xa1), 9000, 2)
+            swap(&fire(7), record(1, 0xc2, 0xa1), 9000, 2)
                 .unwrap()
                 .written
         );
@@ -165,17 +165,20 @@ mod tests {
     #[test]
     fn other_records_are_left_to_the_script() {
         assert!(
-            swap(&fire(8), &record(1, 0xc2, 0xc2), 9000, 1).is_none(),
+            swap(&fire(8), record(1, 0xc2, 0xc2), 9000, 1).is_none(),
             "version"
         );
         assert!(
-            swap(&fire(7), &record(2, 0xc2, 0xc2), 9000, 1).is_none(),
+            swap(&fire(7), record(2, 0xc2, 0xc2), 9000, 1).is_none(),
             "paused"
         );
         assert!(
-            swap(&fire(7), &record(1, 0xa1, 0xc2), 9000, 1).is_none(),
+            swap(&fire(7), record(1, 0xa1, 0xc2), 9000, 1).is_none(),
             "cron"
         );
-        assert!(swap(&fire(7), b"\x91", 9000, 1).is_none(), "truncated");
+        assert!(
+            swap(&fire(7), b"\x91".to_vec(), 9000, 1).is_none(),
+            "truncated"
+        );
     }
 }

@@ -47,13 +47,13 @@ pub(super) fn next(
 /// The acknowledgement of a fire produced (see [`Ack`]): a record swap when the claim
 /// read its record and it is a scheduled one-shot one, else what `ack.lua` decides from;
 /// to the dead-letter topic because of `dead`.
-fn produced_ack(p: &Pending, dead: Option<&str>) -> Ack {
-    let swap = match (dead, &p.fire.record) {
+fn produced_ack(mut p: Pending, dead: Option<&str>) -> Ack {
+    let swap = match (dead, p.fire.record.take()) {
         (None, Some(read)) => store::swap(&p.fire, read, p.fired_ms, p.attempt),
         _ => None,
     };
     swap.map(Ack::Swap).unwrap_or_else(|| Ack::Produced {
-        member: p.fire.member.clone(),
+        member: p.fire.member,
         fired_ms: p.fired_ms,
         attempt: p.attempt,
         dead: dead.map(String::from),
@@ -208,12 +208,12 @@ impl Trigger {
                         .with_label_values(&[label, "delivered"])
                         .inc();
                 }
-                self.acks.push(produced_ack(&pending, None));
+                self.acks.push(produced_ack(pending, None));
             }
             (Ok(()), Some(why)) => {
                 self.m.dead_lettered.inc();
                 let why: String = why.chars().filter(|c| *c != '\n').take(500).collect();
-                self.acks.push(produced_ack(&pending, Some(&why)));
+                self.acks.push(produced_ack(pending, Some(&why)));
             }
             (Err(e), _) => self.failed(pending, e),
         }
@@ -264,10 +264,10 @@ mod tests {
             paced: false,
             fired_ms: 9,
         };
-        assert!(matches!(produced_ack(&p, None), Ack::Swap(_)));
-        let dead = produced_ack(&p, Some("too large"));
+        assert!(matches!(produced_ack(p.clone(), None), Ack::Swap(_)));
+        let dead = produced_ack(p.clone(), Some("too large"));
         assert_eq!(dead.line(), "!1:5:t\t9\t2\ntoo large");
         p.fire.record = None;
-        assert_eq!(produced_ack(&p, None).line(), "1:5:t\t9\t2");
+        assert_eq!(produced_ack(p, None).line(), "1:5:t\t9\t2");
     }
 }

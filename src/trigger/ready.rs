@@ -4,6 +4,7 @@ use crate::timer::Fire;
 use std::collections::{BTreeMap, HashSet};
 
 /// A claimed fire waiting for its send time.
+#[derive(Clone)]
 pub struct Pending {
     /// The fire.
     pub fire: Fire,
