@@ -162,10 +162,10 @@ fn parse_fires(
 ) -> Result<Vec<Fire>, StoreError> {
     let mut out = Vec::new();
     while let (Some(member), Some(def)) = (it.next(), it.next()) {
-        let record = match (records, it.next()) {
-            (false, _) => None,
-            (true, Some(r)) => (!r.is_empty()).then_some(r),
-            (true, None) => return Err(bad_reply("claim: a fire without its record")),
+        let record = match records.then(|| it.next()) {
+            None => None,
+            Some(Some(r)) => (!r.is_empty()).then_some(r),
+            Some(None) => return Err(bad_reply("claim: a fire without its record")),
         };
         let member = String::from_utf8(member).map_err(bad_reply)?;
         let bad = || bad_reply(format!("bad fire member {member}"));
@@ -219,6 +219,15 @@ mod tests {
         assert_eq!(fires[0].record.as_deref(), Some(&b"\x91\x01"[..]));
         let none = vec![b"1:2:a".to_vec(), stored.clone(), vec![]];
         assert_eq!(parse_fires(none.into_iter(), true).unwrap()[0].record, None);
+        let pairs = vec![
+            b"1:2:a".to_vec(),
+            stored.clone(),
+            b"3:4:b".to_vec(),
+            stored.clone(),
+        ];
+        let two = parse_fires(pairs.into_iter(), false).unwrap();
+        assert_eq!(two.len(), 2, "a recover answers pairs");
+        assert_eq!(two[1].timer_id, "b");
         let short = vec![b"1:2:a".to_vec(), stored.clone()];
         assert!(parse_fires(short.into_iter(), true).is_err());
         for bad in ["12:5000", "x:5000:id", "12:y:id"] {
