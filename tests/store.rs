@@ -395,3 +395,25 @@ async fn a_fire_acknowledged_by_a_swap_leaves_what_ack_lua_leaves() {
     let fired = by_swap.store.timer(0, "a").await.unwrap().expect("a");
     assert_eq!(fired.state, Some(TimerState::Fired));
 }
+
+/// A record too large to hold beside its definition and send twice (a large payload) is
+/// not answered with its fire: ack.lua acknowledges it in Redis.
+#[tokio::test]
+async fn a_large_record_is_not_answered_for_a_swap() {
+    let mut w = World::new("swap-large").await;
+    let mut big = once("big", T0 + 5_000);
+    big.callback = Some(ktimer::command::Callback {
+        payload: vec![7; 2_000],
+        ..Default::default()
+    });
+    w.apply(big, T0).await;
+    w.apply(once("small", T0 + 5_000), T0).await;
+    while w.store.promote(0, w.epoch, T0 + 5_000, 100).await.unwrap() {}
+    let claimed = w.claim(T0 + 5_000, T0 + 5_000).await;
+    let held: std::collections::BTreeMap<_, _> = claimed
+        .fires
+        .iter()
+        .map(|f| (f.timer_id.as_str(), f.record.is_some()))
+        .collect();
+    assert_eq!(held, [("big", false), ("small", true)].into());
+}

@@ -14,8 +14,8 @@
 -- or '', vanished, full, n, member, definition, record, member, definition, record,
 -- ..., then n pairs of application and parked members due left}, or {'fenced'}; a member
 -- is the in-flight member "version:due:id"; `record` is the packed record of a one-shot
--- timer as read from its own key ('' for others: src/store/done.rs acknowledges a fire
--- by swapping it for its done form); `vanished` counts slice members whose timer
+-- timer as read from its own key, up to SWAP_MAX bytes ('' for others: src/store/done.rs
+-- acknowledges a fire by swapping it for its done form); `vanished` counts slice members whose timer
 -- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
 -- the claim stopped at its limits (more may be due).
 -- Parking (a paced application's backlog stays in Redis, not in the trigger's memory):
@@ -43,6 +43,9 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
 rec_init(ARGV[5], ARGV[8], KEYS[7])
+-- The largest record answered for a swap: a larger one (a large payload) would be held
+-- beside its definition and sent to Redis twice; ack.lua decodes it in Redis instead.
+local SWAP_MAX = 1024
 local upto = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
@@ -163,7 +166,7 @@ local function take(member, m, score)
       if app then
         took(app)
       end
-      return f, rec_def(a[REC_D]), s or ''
+      return f, rec_def(a[REC_D]), (s and #s <= SWAP_MAX) and s or ''
     end
     return nil
   end

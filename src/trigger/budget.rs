@@ -79,7 +79,8 @@ pub fn weight(f: &Fire) -> usize {
     let cb = &f.def.callback;
     let headers: usize = cb.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let key = cb.key.as_ref().map_or(0, |k| k.len());
-    FIRE_OVERHEAD + f.member.len() + cb.payload.len() + headers + key
+    let record = f.record.as_ref().map_or(0, |r| r.len());
+    FIRE_OVERHEAD + f.member.len() + cb.payload.len() + headers + key + record
 }
 
 /// One held fire: its weight and, for a paced application, the application.
