@@ -7,6 +7,7 @@
 #   scripts/bench.sh --due spread --window-ms 10000    # a steady 10,000 fires/s
 #   KTIMER_BENCH_CLUSTER=3 scripts/bench.sh            # on a Redis Cluster of 3 primaries
 #                                                      # (ports 26380, 26381, 26382)
+#   KTIMER_BENCH_BIN=/tmp/ktimer-old scripts/bench.sh  # another build (side by side)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 say() { printf '==> %s\n' "$*" >&2; }
@@ -23,8 +24,14 @@ cleanup() {
 trap cleanup EXIT
 
 TANSU=$(scripts/install-deps.sh)
-say "building ktimer (cargo build --release; a few minutes the first time)..."
-cargo build --release --locked >&2
+# KTIMER_BENCH_BIN runs another ktimer binary (a build of another commit, to compare two
+# builds side by side on the same machine); by default this checkout's release build.
+BIN=${KTIMER_BENCH_BIN:-}
+if [ -z "$BIN" ]; then
+  say "building ktimer (cargo build --release; a few minutes the first time)..."
+  cargo build --release --locked >&2
+  BIN=target/release/ktimer
+fi
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 wait_port() {
@@ -67,5 +74,5 @@ PIDS+=($!)
 wait_port "$BROKER_PORT" tansu
 say "Redis $REDIS_URL, Tansu on 127.0.0.1:$BROKER_PORT"
 
-KTIMER_LOG=${KTIMER_LOG:-warn} target/release/ktimer bench \
+KTIMER_LOG=${KTIMER_LOG:-warn} "$BIN" bench \
   --brokers "127.0.0.1:$BROKER_PORT" --redis-url "$REDIS_URL" "$@"
