@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::checker::{check, commands, due_near, gather, spread, Bounds, Expected};
+use common::checker::{check, commands, due_near, gather, sleep_until, spread, Bounds, Expected};
 use common::world::World;
 use common::{cancel, cron, lifecycle, once_at, Fired, TestEnv};
 use ktimer::command::{CommandKind, MisfirePolicy, Outcome, TimerCommand};
@@ -16,11 +16,6 @@ const MIN: Duration = Duration::from_secs(60);
 /// Fires acknowledged this long before Redis lost its data may fire again: one
 /// checkpoint interval (1 s) plus the time a checkpoint takes to be written.
 const CHECKPOINT_BOUND_MS: i64 = 2_500;
-
-async fn sleep_until(at_ms: i64) {
-    let d = (at_ms - now_ms()).max(0) as u64;
-    tokio::time::sleep(Duration::from_millis(d)).await;
-}
 
 /// Whether a command took effect: accepted, or found applied already (an apply retried
 /// after Redis timed out, or replayed after a loss, answers DUPLICATE).
@@ -371,66 +366,6 @@ async fn commands_deleted_by_retention_then_redis_emptied() {
     check(
         "commands deleted by retention, then redis emptied",
         &expected,
-        &fires,
-        &Bounds {
-            duplicates: 0,
-            lateness_ms: 1_000,
-        },
-    );
-    svc.stop().await;
-}
-
-/// An upgrade from the layout before version 2 (one hash per timer): an instance that
-/// takes a partition whose keys carry no layout version wipes them and rebuilds the
-/// partition from the state topic, instead of reading hashes as packed strings (WRONGTYPE
-/// on every claim, and nothing fires).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keys_of_an_older_layout_are_rebuilt_on_takeover() {
-    let w = World::start("upgrade", false);
-    let env = TestEnv::on(&w.servers(), "upgrade", 2, &[]).await;
-    let mut got = env.collect();
-    let svc = env.start().await;
-    let timers = spread("old", 400, now_ms() + 15_000, 3_000);
-    send_expect(&env, &mut got, &commands(&timers)).await;
-    let store = ktimer::store::Store::connect(
-        &w.redis.url(),
-        &env.args.redis_prefix,
-        &env.args.kafka.commands_topic,
-        60_000,
-    )
-    .await
-    .unwrap();
-    // Every timer written to the state topic (as an older version would have, too).
-    let deadline = now_ms() + 30_000;
-    while store.unwritten(0).await.unwrap() + store.unwritten(1).await.unwrap() > 0 {
-        assert!(now_ms() < deadline, "checkpoints did not catch up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    svc.stop().await;
-    // Redis as the older layout left it: a hash per timer, no layout version.
-    let mut redis = redis::Client::open(w.redis.url()).unwrap();
-    for p in 0..2 {
-        let k = store.keys(p);
-        let _: () = redis::cmd("DEL").arg(k.format()).query(&mut redis).unwrap();
-    }
-    for id in timers.keys() {
-        let p = env.args.kafka.partitioner.partition(id.as_bytes(), 2);
-        let key = store.keys(p).timer(id);
-        let _: () = redis::cmd("DEL").arg(&key).query(&mut redis).unwrap();
-        let _: () = redis::cmd("HSET")
-            .arg(&key)
-            .arg("v")
-            .arg(1)
-            .arg("st")
-            .arg("scheduled")
-            .query(&mut redis)
-            .unwrap();
-    }
-    let svc = env.start().await;
-    let fires = gather(&mut got, &timers, MIN, Duration::from_secs(2)).await;
-    check(
-        "keys of an older layout",
-        &timers,
         &fires,
         &Bounds {
             duplicates: 0,
