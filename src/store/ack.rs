@@ -5,6 +5,7 @@
 
 use super::done::Swap;
 use super::{Store, StoreError};
+use std::collections::HashSet;
 
 /// The acknowledgement of one in-flight fire.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,21 +40,19 @@ impl Ack {
     /// `!member\tfired\tattempt\nreason` for a dead letter. (Timer ids hold no control
     /// characters; a reason holds no newline.)
     pub fn line(&self) -> String {
-        match self {
-            Ack::Dropped(m) => m.clone(),
+        let (member, fired_ms, attempt, dead) = match self {
+            Ack::Dropped(m) => return m.clone(),
             Ack::Produced {
                 member,
                 fired_ms,
                 attempt,
-                dead: None,
-            } => format!("{member}\t{fired_ms}\t{attempt}"),
-            Ack::Produced {
-                member,
-                fired_ms,
-                attempt,
-                dead: Some(why),
-            } => format!("!{member}\t{fired_ms}\t{attempt}\n{why}"),
-            Ack::Swap(s) => format!("{}\t{}\t{}", s.member, s.fired_ms, s.attempt),
+                dead,
+            } => (member, fired_ms, attempt, dead.as_deref()),
+            Ack::Swap(s) => (&s.member, &s.fired_ms, &s.attempt, None),
+        };
+        match dead {
+            None => format!("{member}\t{fired_ms}\t{attempt}"),
+            Some(why) => format!("!{member}\t{fired_ms}\t{attempt}\n{why}"),
         }
     }
 }
@@ -69,13 +68,17 @@ impl Store {
             })
             .collect();
         let (mut n, back) = if swaps.is_empty() {
-            (0, Vec::new())
+            (0, HashSet::new())
         } else {
             self.swap(partition, epoch, &swaps).await?
         };
+        // Everything not swapped: the other acknowledgements and the swaps answered back.
         let lines: Vec<String> = acks
             .iter()
-            .filter(|a| !matches!(a, Ack::Swap(s) if !back.contains(&s.member)))
+            .filter(|a| match a {
+                Ack::Swap(s) => back.contains(&s.member),
+                _ => true,
+            })
             .map(Ack::line)
             .collect();
         if !lines.is_empty() {
@@ -91,7 +94,7 @@ impl Store {
         partition: i32,
         epoch: i64,
         swaps: &[&Swap],
-    ) -> Result<(i64, Vec<String>), StoreError> {
+    ) -> Result<(i64, HashSet<String>), StoreError> {
         let k = self.keys(partition);
         let mut inv = self.scripts.swap.prepare_invoke();
         inv.key(k.epoch())
@@ -101,7 +104,6 @@ impl Store {
             .key(k.deferred_offsets())
             .key(k.acks())
             .key(k.apps())
-            .key(k.states())
             .arg(epoch)
             .arg(k.base())
             .arg(self.retention_ms);

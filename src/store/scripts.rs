@@ -66,7 +66,7 @@ impl Scripts {
             mark: Lua::new(include_str!("mark.lua")),
             claim: Lua::new(&with_prelude(include_str!("claim.lua"))),
             ack: Lua::new(&with_prelude(include_str!("ack.lua"))),
-            swap: Lua::new(include_str!("swap.lua")),
+            swap: Lua::new(&with_prelude(include_str!("swap.lua"))),
             recover: Lua::new(&with_prelude(include_str!("recover.lua"))),
             cron_due: Lua::new(&with_prelude(include_str!("cron_due.lua"))),
             materialize: Lua::new(&with_prelude(include_str!("materialize.lua"))),

@@ -3,14 +3,13 @@
 -- exactly the record the claim read (so nothing changed the timer since); then it is
 -- replaced by the done record ktimer sent, expiring after the retention, its in-flight
 -- member removed, and the timer leaves the deferred sets (its state was never written) or
--- enters the dirty set (it owes a tombstone). The counts per state and the live count of
--- its application move as record.lua's rec_tally would move them (scheduled -> fired).
--- No record is decoded here: Rust decided, Redis compares and stores.
+-- enters the dirty set (it owes a tombstone); its counts move from scheduled to fired
+-- (rec_tally, record.lua, prepended). No record is decoded here: Rust decided, Redis
+-- compares and stores.
 -- A fire whose key holds anything else (a timer changed, moved to a bucket, gone) is
 -- answered back untouched: ktimer acknowledges it through ack.lua, which decides.
 -- KEYS: 1 epoch, 2 in-flight set, 3 dirty set, 4 deferred by due, 5 deferred by first
---       offset, 6 acknowledgement counter, 7 live timers per application, 8 timers per
---       state and application (`BASE ac`)
+--       offset, 6 acknowledgement counter, 7 live timers per application
 -- ARGV: 1 expected epoch, 2 the partition's key prefix, 3 retention ms, then per fire 6
 --       values: in-flight member, timer id, record read, done record, application,
 --       '1' when its state was written (else '')
@@ -20,16 +19,16 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {-1}
 end
 redis.call('INCR', KEYS[6])
+rec_init(ARGV[2], ARGV[3], KEYS[7])
 local tprefix = ARGV[2] .. 't:'
-local gone, dirty, undefer, back, fired = {}, {}, {}, {}, {}
+local gone, dirty, undefer, back = {}, {}, {}, {}
 for i = 4, #ARGV, 6 do
   local id = ARGV[i + 1]
   local key = tprefix .. id
   if redis.call('GET', key) == ARGV[i + 2] then
     redis.call('SET', key, ARGV[i + 3], 'PX', ARGV[3])
     gone[#gone + 1] = ARGV[i]
-    local app = ARGV[i + 4]
-    fired[app] = (fired[app] or 0) + 1
+    rec_tally(ARGV[i + 4], 'scheduled', 'fired')
     if ARGV[i + 5] == '1' then
       dirty[#dirty + 1] = 'inf'
       dirty[#dirty + 1] = id
@@ -51,11 +50,7 @@ for i = 1, #undefer, 1000 do
   redis.call('ZREM', KEYS[4], unpack(undefer, i, math.min(i + 999, #undefer)))
   redis.call('ZREM', KEYS[5], unpack(undefer, i, math.min(i + 999, #undefer)))
 end
-for app, k in pairs(fired) do
-  redis.call('HINCRBY', KEYS[7], app, -k)
-  redis.call('HINCRBY', KEYS[8], 'scheduled:' .. app, -k)
-  redis.call('HINCRBY', KEYS[8], 'fired:' .. app, k)
-end
+rec_flush()
 local out = {n}
 for i = 1, #back do
   out[#out + 1] = back[i]
