@@ -82,6 +82,24 @@ pub fn commands_consumer(args: &RunArgs) -> ClientConfig {
     with_user_options(cfg, &args.kafka)
 }
 
+/// The delay topic's consumer: group `<group>.delay` (its rebalances never move the
+/// timer partitions of the commands consumer's group); offsets stored by hand once the
+/// command a record became (or its refusal) was acknowledged, then committed in the
+/// background, as for the commands consumer.
+pub fn delay_consumer(args: &RunArgs) -> ClientConfig {
+    let mut cfg = base(&args.kafka);
+    let session = args.session_timeout_ms;
+    cfg.set("group.id", format!("{}.delay", args.group_id))
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "100")
+        .set("session.timeout.ms", session.to_string())
+        .set("heartbeat.interval.ms", (session / 10).max(100).to_string());
+    with_user_options(cfg, &args.kafka)
+}
+
 /// A consumer that reads partitions it assigns itself (`ktimer tail`, the bench's
 /// observers): group `group_id` is only a name, nothing is committed.
 pub fn reader(kafka: &KafkaArgs, group_id: &str) -> ClientConfig {

@@ -29,6 +29,9 @@
 //!   (Redis, fencing, waking triggers), `answer` (results, then offsets), `states` (the
 //!   state records of the timers changed, written with the results), `watch` (what the
 //!   intake waits for: a stall shows in a metric, `/readyz` and the log).
+//! - [`delay`]: the delay topic: a record whose headers say when and where becomes a
+//!   timer command (`contract`, pure) forwarded to the commands topic, delivered itself
+//!   at its time.
 //! - [`catalog`]: callback topics' existence and record size limits (checked at intake).
 //! - [`ownership`]: the consumer's rebalance callback, the owned partitions with their
 //!   tasks, fencing epochs, replay when Redis lost data, waiting for a previous owner's
@@ -74,6 +77,7 @@ pub mod clock;
 pub mod codec;
 pub mod command;
 pub mod config;
+pub mod delay;
 pub mod fingerprint;
 pub mod intake;
 pub mod kafka;

@@ -54,14 +54,12 @@ async fn apply_topics(args: TopicsApplyArgs) -> anyhow::Result<()> {
         None => topics::builtin(),
     };
     let k = &args.kafka;
+    let roles = k.roles();
+    // A role turned off (an empty delay topic) is not created.
+    specs.retain(|s| s.role != "delay" || !k.delay_topic.is_empty());
     for s in &mut specs {
-        match s.role.as_str() {
-            "commands" => s.name = k.commands_topic.clone(),
-            "results" => s.name = k.results_topic.clone(),
-            "fired" => s.name = k.fired_topic.clone(),
-            "dead_letter" => s.name = k.dead_letter_topic.clone(),
-            "state" => s.name = k.state_topic.clone(),
-            _ => {}
+        if let Some((_, name)) = roles.iter().find(|(role, _)| *role == s.role) {
+            s.name = name.to_string();
         }
         if let Some(p) = args.partitions {
             s.partitions = p;

@@ -101,6 +101,9 @@ pub struct Metrics {
     pub partitions_unavailable: IntGauge,
     /// Partitions taken whose commands wait for the previous owner's producer.
     pub partitions_waiting: IntGauge,
+    /// Records read from the delay topic, by `outcome` (forwarded: a command on the
+    /// commands topic; refused: answered rejected by the header contract).
+    pub delayed_records: IntCounterVec,
 }
 
 impl Metrics {
@@ -261,8 +264,14 @@ impl Metrics {
             "Partitions taken whose commands wait until the previous owner's producer answered the fires it holds",
         )
         .expect("metric");
+        let delayed_records = counter(
+            "delayed_records_total",
+            "Records read from the delay topic, by outcome (forwarded as a command, refused)",
+            &["outcome"],
+        );
         for c in [
             Box::new(task_restarts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(delayed_records.clone()),
             Box::new(partitions_waiting.clone()),
             Box::new(redis_unreachable.clone()),
             Box::new(clock_offset.clone()),
@@ -294,6 +303,7 @@ impl Metrics {
         }
         Metrics {
             registry,
+            delayed_records,
             commands,
             fires,
             fire_lateness,

@@ -136,6 +136,19 @@ pub async fn run(
         token: token.clone(),
         status,
     };
+    let delay = (!k.delay_topic.is_empty()).then(|| {
+        crate::delay::Delay {
+            consumer: kafka::delay_consumer(&args),
+            topic: k.delay_topic.clone(),
+            commands_topic: k.commands_topic.clone(),
+            sink: sink.clone(),
+            codec: codec.clone(),
+            metrics: metrics.clone(),
+            clock: clock.clone(),
+            token: token.clone(),
+        }
+        .spawn()
+    });
     let intake = Intake {
         partitions: Partitions::new(consumer.clone(), &k.commands_topic, tasks),
         catalog: Arc::new(catalog),
@@ -158,6 +171,10 @@ pub async fn run(
     };
     tracing::info!(topic = %k.commands_topic, partitions, group = %args.group_id, "ktimer running");
     intake.run().await?;
+    if let Some(delay) = delay {
+        // (It stops on the same token, after handing what it read to the producer.)
+        let _ = delay.await;
+    }
     sink.flush(Duration::from_secs(5));
     tracing::info!("ktimer stopped");
     Ok(())

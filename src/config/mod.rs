@@ -106,6 +106,11 @@ pub struct KafkaArgs {
     /// topic: Redis is rebuilt from it (docs/guarantees.md).
     #[arg(long, env = "KTIMER_STATE_TOPIC", default_value = "ktimer.state")]
     pub state_topic: String,
+    /// Topic of delayed records: a record with the `ktimer-delay-ms` (or `ktimer-at-ms`)
+    /// and `ktimer-target-topic` headers is delivered, itself, to the target topic at its
+    /// time (docs/delay.md). Empty: not read.
+    #[arg(long, env = "KTIMER_DELAY_TOPIC", default_value = "ktimer.delay")]
+    pub delay_topic: String,
     /// Confluent schema registry URL; without it Avro uses single-object encoding.
     #[arg(long, env = "KTIMER_SCHEMA_REGISTRY_URL")]
     pub schema_registry_url: Option<String>,
@@ -115,6 +120,24 @@ pub struct KafkaArgs {
     /// How a timer id maps to a commands partition (ktimer's producers use it too).
     #[arg(long, env = "KTIMER_PARTITIONER", value_enum, default_value_t)]
     pub partitioner: crate::partitioner::Partitioner,
+}
+
+impl KafkaArgs {
+    /// Each topic ktimer itself reads or writes, by its role in `topics/` (the delay
+    /// topic only when it is read).
+    pub fn roles(&self) -> Vec<(&'static str, &str)> {
+        let mut roles = vec![
+            ("commands", self.commands_topic.as_str()),
+            ("results", &self.results_topic),
+            ("fired", &self.fired_topic),
+            ("dead_letter", &self.dead_letter_topic),
+            ("state", &self.state_topic),
+        ];
+        if !self.delay_topic.is_empty() {
+            roles.push(("delay", &self.delay_topic));
+        }
+        roles
+    }
 }
 
 /// `ktimer run`

@@ -348,6 +348,24 @@ impl Sink {
         enqueue(&self.producer(), rec).await
     }
 
+    /// Enqueues the command a delayed record became to the commands topic `topic`, keyed
+    /// by its timer id (the partitioner picks the partition), marked with the record's
+    /// `topic/partition/offset`.
+    pub async fn send_delayed(
+        &self,
+        topic: &str,
+        timer_id: &str,
+        value: &[u8],
+        origin: &str,
+    ) -> Result<DeliveryFuture, SinkError> {
+        let h = OwnedHeaders::new().insert(header(headers::DELAYED_FROM, origin));
+        let rec = FutureRecord::<[u8], [u8]>::to(topic)
+            .key(timer_id.as_bytes())
+            .payload(value)
+            .headers(h);
+        enqueue(&self.producer(), rec).await
+    }
+
     /// Enqueues a record of the state topic to `partition` (the commands partition it
     /// mirrors): a timer's state, or its tombstone when `value` is `None`.
     pub async fn send_state(

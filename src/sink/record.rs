@@ -31,6 +31,8 @@ pub mod headers {
     pub const VALUE_DROPPED: &str = "ktimer-value-dropped";
     /// On a command forwarded to its key's partition: `partition/offset` it arrived at.
     pub const FORWARDED_FROM: &str = "ktimer-forwarded-from";
+    /// On a command a delayed record became: that record's `topic/partition/offset`.
+    pub const DELAYED_FROM: &str = "ktimer-delayed-from";
 }
 
 /// How a fire is being produced.

@@ -37,7 +37,8 @@ pub struct Limits {
     pub max_payload_bytes: usize,
     /// Cron materialisation window and misfire threshold.
     pub plan: PlanConfig,
-    /// ktimer's own commands, results and dead-letter topics: never callback topics.
+    /// ktimer's own topics but the fired topic (commands, results, dead letter, state,
+    /// delay): never callback topics.
     pub own_topics: Vec<String>,
     /// Where each application may deliver, when an allow-list is configured.
     pub allow: Option<Arc<AllowList>>,
@@ -53,12 +54,13 @@ impl From<&crate::config::RunArgs> for Limits {
             max_horizon_ms: a.max_horizon_days.saturating_mul(86_400_000),
             max_payload_bytes: a.max_payload_bytes,
             plan: a.into(),
-            own_topics: vec![
-                a.kafka.commands_topic.clone(),
-                a.kafka.results_topic.clone(),
-                a.kafka.dead_letter_topic.clone(),
-                a.kafka.state_topic.clone(),
-            ],
+            own_topics: a
+                .kafka
+                .roles()
+                .into_iter()
+                .filter(|(role, _)| *role != "fired")
+                .map(|(_, name)| name.to_string())
+                .collect(),
             allow: a.callback_allow_list.clone(),
             apps: a.applications.clone().unwrap_or_default(),
             fired_topic: a.kafka.fired_topic.clone(),
@@ -294,7 +296,7 @@ fn check_allowed(app: &str, cb: &Callback, limits: &Limits) -> Result<(), String
     };
     if limits.own_topics.iter().any(|t| t == topic) {
         return Err(format!(
-            "callback topic {} is one of ktimer's own topics (commands, results, dead letter)",
+            "callback topic {} is one of ktimer's own topics (commands, results, dead letter, state, delay)",
             echo(topic.as_bytes())
         ));
     }

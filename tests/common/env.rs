@@ -100,6 +100,7 @@ impl TestEnv {
             ("--fired-topic", "fired"),
             ("--dead-letter-topic", "dlq"),
             ("--state-topic", "state"),
+            ("--delay-topic", "delay"),
             ("--group-id", "group"),
             ("--redis-prefix", "kt"),
         ] {
@@ -119,6 +120,7 @@ impl TestEnv {
             &k.fired_topic,
             &k.dead_letter_topic,
             &k.state_topic,
+            &k.delay_topic,
         ]
         .iter()
         .map(|t| ktimer::topics::TopicSpec {
