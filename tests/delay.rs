@@ -292,3 +292,48 @@ async fn delayed_records_waiting_when_redis_is_emptied_are_all_delivered() {
     );
     svc.stop().await;
 }
+
+/// `ktimer send --via delay-topic` sends a plain record with the contract's headers (and
+/// prints them); it arrives itself, RAW, with the custom header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ktimer_send_via_the_delay_topic_sends_a_plain_record() {
+    let env = TestEnv::new("delay-send", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let k = &env.args.kafka;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ktimer"))
+        .args(["send", "--via", "delay-topic", "--brokers", &k.brokers])
+        .args([
+            "--delay-topic",
+            &k.delay_topic,
+            "--fired-topic",
+            &k.fired_topic,
+        ])
+        .args([
+            "--timer-id",
+            "via-cli",
+            "--delay-ms",
+            "700",
+            "--payload",
+            "hi",
+        ])
+        .args(["--header", "origin=cli"])
+        .output()
+        .expect("ktimer send runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = format!("ktimer-delay-ms=700 ktimer-target-topic={}", k.fired_topic);
+    assert!(text.contains(&want), "{text}");
+    let f = got.fires(1, MIN).await.remove(0);
+    assert_eq!(
+        (f.timer_id.as_str(), &f.payload[..]),
+        ("via-cli", &b"hi"[..])
+    );
+    assert_eq!(f.headers["origin"], "cli");
+    assert!(f.fired_ms >= f.due_ms);
+    svc.stop().await;
+}

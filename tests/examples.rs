@@ -195,3 +195,64 @@ async fn the_python_examples_speak_the_confluent_wire_format_through_a_registry(
     assert!(results.contains(line), "no {line:?} in {results}");
     svc.stop().await;
 }
+
+/// `delay.py` (confluent-kafka, no schema, headers only) delays a record with a key, a
+/// value that is no Avro and a custom header: it arrives itself at its time, and the id a
+/// record names cancels it (a tombstone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_delay_example_delays_and_cancels_a_plain_record() {
+    let env = TestEnv::new("pydelay", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let k = &env.args.kafka;
+    let brokers = env.argv[3].clone();
+    let base = ["--brokers", &brokers, "--delay-topic", &k.delay_topic];
+    let delay = |what: &[&str]| python("delay.py", &[&base[..], what].concat());
+    let target = k.fired_topic.as_str();
+    let sent = delay(&[
+        "send",
+        "--target",
+        target,
+        "--delay-ms",
+        "1500",
+        "--key",
+        "order-42",
+        "--value",
+        "{\"order\": 42}",
+        "--header",
+        "trace-id=4bf92f35",
+    ]);
+    let origin = sent
+        .split_whitespace()
+        .nth(1)
+        .expect("sent TOPIC/P/O")
+        .to_string();
+    delay(&[
+        "send",
+        "--target",
+        target,
+        "--delay-ms",
+        "60000",
+        "--id",
+        "py-later",
+    ]);
+    delay(&["cancel", "py-later"]);
+    let results = got.results(3, MIN).await;
+    let cancel = results.iter().find(|r| r.kind.as_deref() == Some("CANCEL"));
+    assert_eq!(
+        cancel.and_then(|r| r.state.as_deref()),
+        Some("CANCELLED"),
+        "{results:?}"
+    );
+    let f = got.fires(1, MIN).await.remove(0);
+    assert_eq!(f.timer_id, origin);
+    assert_eq!(f.key.as_deref(), Some(&b"order-42"[..]));
+    assert_eq!(f.payload, b"{\"order\": 42}");
+    assert_eq!(f.headers["trace-id"], "4bf92f35");
+    assert!(
+        f.fired_ms >= f.due_ms,
+        "early by {} ms",
+        f.due_ms - f.fired_ms
+    );
+    svc.stop().await;
+}

@@ -1,9 +1,11 @@
 //! Clients: a typed API for Rust programs ([`Command`] builders in `build`, a [`Client`]
 //! that sends them and awaits their results in `api`), and the command-line tools built on
-//! it: `ktimer send` (produce commands) and `ktimer tail` (read what fired).
+//! it: `ktimer send` (produce commands, or delayed records: `delayed`) and `ktimer tail`
+//! (read what fired).
 
 mod api;
 mod build;
+mod delayed;
 
 pub use api::{Client, ClientError, Sent};
 pub use build::Command;
@@ -12,7 +14,7 @@ use crate::codec::Codec;
 use crate::command::{
     Callback, CommandKind, CommandResult, DeliveryMode, MisfirePolicy, TimerCommand,
 };
-use crate::config::{KafkaArgs, SendArgs, SendFormat, SendKind, SendMisfire, TailArgs};
+use crate::config::{KafkaArgs, SendArgs, SendFormat, SendKind, SendMisfire, TailArgs, Via};
 use crate::kafka;
 use crate::now_ms;
 use crate::sink::headers;
@@ -35,6 +37,9 @@ pub async fn send(args: SendArgs) -> anyhow::Result<()> {
         Some(path) => read_commands(path)?,
         None => commands_from_flags(&args)?,
     };
+    if args.via == Via::DelayTopic {
+        return delayed::send(&args.kafka, &cmds).await;
+    }
     let topic = &args.kafka.commands_topic;
     let sends = cmds.iter().map(|cmd| client.send(cmd));
     let sent = futures::future::join_all(sends).await;
@@ -132,7 +137,7 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
                     key: None,
                     headers: a.headers.iter().cloned().collect(),
                     payload: a.payload.clone().into_bytes(),
-                    mode: if a.raw {
+                    mode: if a.raw || a.via == Via::DelayTopic {
                         DeliveryMode::Raw
                     } else {
                         DeliveryMode::Envelope

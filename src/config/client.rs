@@ -35,6 +35,17 @@ pub enum SendMisfire {
     Skip,
 }
 
+/// Where `ktimer send` (and `ktimer bench`) put timers.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Default)]
+pub enum Via {
+    /// Timer commands on the commands topic (Avro or JSON).
+    #[default]
+    Commands,
+    /// Plain records with `ktimer-*` headers on the delay topic, delivered themselves
+    /// (one-shot timers and cancels; RAW delivery).
+    DelayTopic,
+}
+
 /// Encoding `ktimer send` writes.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq)]
 pub enum SendFormat {
@@ -107,6 +118,10 @@ pub struct SendArgs {
     /// Encoding to write.
     #[arg(long, value_enum, env = "KTIMER_SEND_FORMAT", default_value = "avro")]
     pub format: SendFormat,
+    /// Send timer commands, or plain delayed records with headers to the delay topic
+    /// (--delay-topic; one-shot timers and cancels, delivered RAW).
+    #[arg(long, value_enum, env = "KTIMER_SEND_VIA", default_value_t)]
+    pub via: Via,
 }
 
 /// `ktimer tail`

@@ -11,7 +11,7 @@ mod timers;
 
 pub use bench::{BenchArgs, BenchDue};
 pub use check::CheckArgs;
-pub use client::{SendArgs, SendFormat, SendKind, SendMisfire, TailArgs};
+pub use client::{SendArgs, SendFormat, SendKind, SendMisfire, TailArgs, Via};
 pub use timers::{TimersAction, TimersArgs};
 
 /// ktimer: a Kafka-native distributed timer service.

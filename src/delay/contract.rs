@@ -128,6 +128,58 @@ pub fn command(r: &DelayRecord) -> Result<TimerCommand, Refusal> {
     Ok(cmd)
 }
 
+/// The delay-topic record that asks for `cmd`, a one-shot create or a cancel: its value
+/// (`None`: a tombstone) and headers, the inverse of [`command`] (`ktimer send --via
+/// delay-topic`, the bench). A create without a callback topic targets `fired_topic`;
+/// its delivered key is the record's key (the callback's).
+pub fn record_of(cmd: &TimerCommand, fired_topic: &str) -> Result<Delayable, String> {
+    let mut headers = vec![
+        (names::TIMER_ID.to_string(), cmd.timer_id.clone()),
+        (names::APPLICATION.to_string(), cmd.application.clone()),
+    ];
+    if cmd.kind == CommandKind::Cancel {
+        return Ok(Delayable {
+            key: None,
+            value: None,
+            headers,
+        });
+    }
+    let (CommandKind::CreateOnce, Some(cb)) = (cmd.kind, &cmd.callback) else {
+        return Err(format!(
+            "the delay topic takes one-shot creates (with a callback) and cancels, not {}",
+            cmd.kind.as_str()
+        ));
+    };
+    if cb.mode != DeliveryMode::Raw {
+        return Err("the delay topic delivers the record itself: RAW mode only".into());
+    }
+    let when = match (cmd.at_ms, cmd.delay_ms) {
+        (Some(at), None) => (names::AT_MS, at),
+        (None, Some(d)) => (names::DELAY_MS, d),
+        _ => return Err("a one-shot timer needs one of at_ms and delay_ms".into()),
+    };
+    headers.push((when.0.to_string(), when.1.to_string()));
+    let target = cb.topic.as_deref().unwrap_or(fired_topic);
+    headers.push((names::TARGET_TOPIC.to_string(), target.to_string()));
+    headers.extend(cb.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(Delayable {
+        key: cb.key.clone(),
+        value: Some(cb.payload.clone()),
+        headers,
+    })
+}
+
+/// A record for the delay topic ([`record_of`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delayable {
+    /// Its key: the delivered record's.
+    pub key: Option<Vec<u8>>,
+    /// Its value; `None` for a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// Its headers, the control headers first.
+    pub headers: Vec<(String, String)>,
+}
+
 /// Separates the control headers from the ones delivered; refuses a header the
 /// delivered record could not carry as it came (null, not UTF-8, repeated).
 fn split<'a>(headers: &[(&'a str, Option<&'a [u8]>)]) -> Result<Split<'a>, String> {

@@ -149,3 +149,40 @@ fn an_instant_shortly_before_the_timestamp_is_kept_and_fires_at_once() {
     );
     assert_eq!(command(&r).unwrap().at_ms, Some(TS - MAX_PAST_MS));
 }
+
+#[test]
+fn record_of_is_the_inverse_of_command() {
+    let mut create = TimerCommand::new(CommandKind::CreateOnce, "r-1", "ktimer.delay/3/42");
+    create.application = "billing".into();
+    create.at_ms = Some(TS + 90);
+    create.callback = Some(Callback {
+        topic: Some("reminders".into()),
+        key: Some(b"k".to_vec()),
+        headers: [("trace".to_string(), "abc".to_string())].into(),
+        payload: b"remind me".to_vec(),
+        mode: DeliveryMode::Raw,
+    });
+    let cancel = TimerCommand::new(CommandKind::Cancel, "r-1", "ktimer.delay/3/42");
+    for mut cmd in [create, cancel] {
+        let d = record_of(&cmd, "ktimer.fired").unwrap();
+        let headers: Vec<(&str, Option<&[u8]>)> = d
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), Some(v.as_bytes())))
+            .collect();
+        let r = DelayRecord {
+            key: d.key.as_deref(),
+            value: d.value.as_deref(),
+            headers,
+            ..record(None, &[])
+        };
+        cmd.sent_at_ms = Some(TS);
+        assert_eq!(command(&r).unwrap(), cmd);
+    }
+    let mut envelope = TimerCommand::new(CommandKind::CreateOnce, "e", "e");
+    envelope.delay_ms = Some(5);
+    envelope.callback = Some(Callback::default());
+    assert!(record_of(&envelope, "f").unwrap_err().contains("RAW"));
+    let cron = TimerCommand::new(CommandKind::CreateCron, "c", "c");
+    assert!(record_of(&cron, "f").unwrap_err().contains("CREATE_CRON"));
+}
