@@ -53,7 +53,7 @@ pub async fn command_shaped(
             let value = codec.encode_command(&cmd, topic).await?;
             Ok(load::Rec {
                 key: cmd.timer_id,
-                value,
+                value: Some(value),
                 headers: None,
             })
         }

@@ -1,16 +1,18 @@
-//! The bench's load: timer commands produced at a chosen rate.
+//! The bench's load: timer commands produced at a chosen rate, to the commands topic or
+//! as delayed records to the delay topic.
 
 use super::observe::Progress;
 use crate::codec::Codec;
 use crate::command::{Callback, CommandKind, DeliveryMode, TimerCommand};
-use crate::config::KafkaArgs;
+use crate::config::{KafkaArgs, Via};
+use crate::delay::contract::record_of;
 use crate::kafka;
 use crate::now_ms;
 use crate::sink::{delivered, enqueue};
 use anyhow::Context;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use rdkafka::message::OwnedHeaders;
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -75,37 +77,64 @@ pub fn producer(kafka: &KafkaArgs) -> anyhow::Result<FutureProducer> {
 pub struct Rec {
     /// Key.
     pub key: String,
-    /// Value.
-    pub value: Vec<u8>,
+    /// Value; `None`: a tombstone.
+    pub value: Option<Vec<u8>>,
     /// Headers, if any.
     pub headers: Option<OwnedHeaders>,
 }
 
-/// Produces `n` commands `make(i)` to the commands topic (encoded as `codec` encodes
-/// them), at most `rate` per second (0: as fast as the producer takes them), and waits
-/// until the broker acknowledged them all.
+/// Produces `n` commands `make(i)` `via` the commands topic (encoded as `codec` encodes
+/// them) or the delay topic (as plain records with headers), at most `rate` per second
+/// (0: as fast as the producer takes them), and waits until the broker acknowledged them
+/// all.
 pub async fn produce_commands(
     kafka: &KafkaArgs,
+    via: Via,
     codec: &Codec,
     n: usize,
     rate: u64,
     progress: &Progress,
     make: impl Fn(usize) -> TimerCommand,
 ) -> anyhow::Result<Produced> {
-    let topic = kafka.commands_topic.as_str();
     let producer = producer(kafka)?;
+    if via == Via::DelayTopic {
+        let topic = kafka.delay_topic.as_str();
+        return produce(&producer, topic, n, rate, progress, |i| {
+            let rec = delayed(&make(i), &kafka.fired_topic);
+            async move { rec }
+        })
+        .await;
+    }
+    let topic = kafka.commands_topic.as_str();
     produce(&producer, topic, n, rate, progress, |i| {
         let cmd = make(i);
         async move {
             let value = codec.encode_command(&cmd, topic).await?;
             Ok(Rec {
                 key: cmd.timer_id,
-                value,
+                value: Some(value),
                 headers: None,
             })
         }
     })
     .await
+}
+
+/// The delay-topic record of `cmd`, keyed by its timer id (also the delivered key).
+fn delayed(cmd: &TimerCommand, fired_topic: &str) -> anyhow::Result<Rec> {
+    let d = record_of(cmd, fired_topic).map_err(anyhow::Error::msg)?;
+    let mut headers = OwnedHeaders::new_with_capacity(d.headers.len());
+    for (name, value) in &d.headers {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value),
+        });
+    }
+    Ok(Rec {
+        key: cmd.timer_id.clone(),
+        value: d.value,
+        headers: Some(headers),
+    })
 }
 
 /// Produces `n` records `make(i)` to `topic`, at most `rate` per second (0: as fast as
@@ -141,9 +170,10 @@ where
             tokio::time::sleep_until(at).await;
         }
         let r = make(i).await?;
-        let mut rec = FutureRecord::<[u8], [u8]>::to(topic)
-            .key(r.key.as_bytes())
-            .payload(&r.value);
+        let mut rec = FutureRecord::<[u8], [u8]>::to(topic).key(r.key.as_bytes());
+        if let Some(v) = &r.value {
+            rec = rec.payload(v);
+        }
         if let Some(h) = r.headers {
             rec = rec.headers(h);
         }

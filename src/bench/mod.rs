@@ -157,6 +157,7 @@ async fn phases(
             "due": args.due,
             "window_ms": args.window_ms,
             "rate": args.rate,
+            "via": args.via,
             "payload_bytes": args.payload_bytes,
             "pending": args.pending,
             "instance_args": args.instance_args,
@@ -207,8 +208,10 @@ async fn pending_phase(
     let plan = pending_plan(env, n);
     let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
     let tap = Tap::start(&env.kafka, &env.kafka.results_topic, answers)?;
-    let produced =
-        load::produce_commands(&env.kafka, codec, n, 0, progress, |i| plan.create(i)).await?;
+    let produced = load::produce_commands(&env.kafka, env.via, codec, n, 0, progress, |i| {
+        plan.create(i)
+    })
+    .await?;
     anyhow::ensure!(
         produced.failed == 0,
         "{} pending commands not produced: {:?}",
@@ -257,7 +260,10 @@ async fn cancel_pending(
     let plan = pending_plan(env, n);
     let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
     let tap = Tap::start(&env.kafka, &env.kafka.results_topic, answers)?;
-    load::produce_commands(&env.kafka, codec, n, 0, progress, |i| plan.cancel(i)).await?;
+    load::produce_commands(&env.kafka, env.via, codec, n, 0, progress, |i| {
+        plan.cancel(i)
+    })
+    .await?;
     let (answers, done) = tap.finish(Instant::now() + Duration::from_secs(60)).await?;
     anyhow::ensure!(
         done && answers.accepted == n,
@@ -311,10 +317,11 @@ async fn fire_phase(
         &env.callback,
         Fires::new(&plan.prefix, plan.dues.clone(), progress.clone()),
     )?;
-    let produced = load::produce_commands(&env.kafka, codec, n, args.rate, progress, |i| {
-        plan.create(i)
-    })
-    .await?;
+    let produced =
+        load::produce_commands(&env.kafka, env.via, codec, n, args.rate, progress, |i| {
+            plan.create(i)
+        })
+        .await?;
     let until = |ms: i64| Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64);
     let (answers, _) = answers.finish(until(last_due + args.timeout_ms)).await?;
     // Redis CPU from the first due (or the last answer, if later) to the last fire: the

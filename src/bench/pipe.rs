@@ -54,7 +54,7 @@ pub async fn fill(
         async move {
             Ok(Rec {
                 key,
-                value,
+                value: Some(value),
                 headers: Some(h),
             })
         }

@@ -289,7 +289,11 @@ impl Report {
     pub fn text(&self) -> String {
         let mut s = String::new();
         let f = &self.fire;
-        let _ = writeln!(s, "ktimer bench {}", self.run);
+        let via = match self.settings["via"].as_str() {
+            Some("delay-topic") => " (timers sent as delayed records to the delay topic)",
+            _ => "",
+        };
+        let _ = writeln!(s, "ktimer bench {}{via}", self.run);
         if let Some(h) = &self.host {
             let _ = writeln!(s, "{}", h.line());
         }

@@ -25,6 +25,8 @@ pub struct Env {
     pub run: String,
     /// Broker and the topics the instances use (fresh ones unless `--instances 0`).
     pub kafka: KafkaArgs,
+    /// How the load is sent (`--via`).
+    pub via: crate::config::Via,
     /// The fresh callback topic of the bench's timers.
     pub callback: String,
     /// The pass-through baseline's input and output topics.
@@ -66,6 +68,7 @@ impl Env {
             kafka.fired_topic = format!("{base}.fired");
             kafka.dead_letter_topic = format!("{base}.dead-letter");
             kafka.state_topic = format!("{base}.state");
+            kafka.delay_topic = format!("{base}.delay");
         }
         let callback = format!("{base}.callback");
         let (pipe_in, pipe_out) = (format!("{base}.pipe-in"), format!("{base}.pipe-out"));
@@ -87,6 +90,7 @@ impl Env {
                 kafka.fired_topic.clone(),
                 kafka.dead_letter_topic.clone(),
                 kafka.state_topic.clone(),
+                kafka.delay_topic.clone(),
             ]);
         }
         let specs: Vec<TopicSpec> = names
@@ -111,6 +115,7 @@ impl Env {
         let mut env = Env {
             run: run.to_string(),
             kafka,
+            via: args.via,
             callback,
             pipe_in,
             pipe_out,
@@ -144,6 +149,8 @@ impl Env {
             &k.dead_letter_topic,
             "--state-topic",
             &k.state_topic,
+            "--delay-topic",
+            &k.delay_topic,
             "--redis-url",
             &args.redis_url,
             "--redis-prefix",

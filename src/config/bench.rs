@@ -47,6 +47,10 @@ pub struct BenchArgs {
     /// Commands produced per second; 0 = as fast as the producer goes.
     #[arg(long, env = "KTIMER_BENCH_RATE", default_value_t = 0)]
     pub rate: u64,
+    /// How the timers are sent: commands on the commands topic, or plain records with
+    /// headers on the delay topic (delivered themselves).
+    #[arg(long, value_enum, env = "KTIMER_BENCH_VIA", default_value_t)]
+    pub via: super::Via,
     /// First due time, ms after the fire test starts producing; default: the time to
     /// produce and apply every command at `--rate` or at the intake rate measured with
     /// the pending timers (10,000/s without), whichever is lower, plus 3 s.

@@ -36,7 +36,8 @@ pub enum SendMisfire {
 }
 
 /// Where `ktimer send` (and `ktimer bench`) put timers.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Via {
     /// Timer commands on the commands topic (Avro or JSON).
     #[default]
