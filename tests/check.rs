@@ -24,6 +24,7 @@ fn check_with(env: &TestEnv, w: &World, extra: &[&str]) -> (i32, String) {
         .args(["--fired-topic", &k.fired_topic])
         .args(["--dead-letter-topic", &k.dead_letter_topic])
         .args(["--state-topic", &k.state_topic])
+        .args(["--delay-topic", &k.delay_topic])
         .env("KTIMER_LOG", "error")
         .output()
         .expect("ktimer check runs");
@@ -74,6 +75,7 @@ async fn check_passes_a_sound_deployment_and_names_what_is_broken() {
             &k.dead_letter_topic,
         ])
         .args(["--state-topic", &k.state_topic])
+        .args(["--delay-topic", &k.delay_topic])
         .output()
         .expect("ktimer topics apply runs");
     assert!(applied.status.success(), "{applied:?}");
@@ -129,6 +131,7 @@ async fn check_passes_a_sound_deployment_and_names_what_is_broken() {
         &k.results_topic,
         &k.fired_topic,
         &k.dead_letter_topic,
+        &k.delay_topic,
     ];
     let mut specs: Vec<_> = topics.iter().map(|t| spec(t, &[])).collect();
     specs.push(spec(&k.state_topic, &[("cleanup.policy", "delete")]));

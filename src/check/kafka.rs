@@ -58,19 +58,12 @@ pub(super) async fn check(k: &KafkaArgs, timeout: Duration) -> Vec<Finding> {
         "broker",
         format!("{brokers} broker(s) answered at {}", k.brokers),
     )];
-    let roles = [
-        ("commands", &k.commands_topic),
-        ("results", &k.results_topic),
-        ("fired", &k.fired_topic),
-        ("dead_letter", &k.dead_letter_topic),
-        ("state", &k.state_topic),
-    ];
     let mut facts = Vec::new();
-    for (role, name) in roles {
+    for (role, name) in k.roles() {
         let mut f = TopicFact {
             role,
-            name: name.clone(),
-            partitions: topics.get(name.as_str()).copied(),
+            name: name.to_string(),
+            partitions: topics.get(name).copied(),
             ..TopicFact::default()
         };
         if f.partitions.is_some() && matches!(role, "commands" | "state") {
@@ -111,8 +104,11 @@ pub fn judge(facts: &[TopicFact]) -> Vec<Finding> {
     for f in facts {
         let what = format!("topic {} ({})", f.name, f.role);
         let Some(n) = f.partitions else {
-            let fix = "it is missing: create the topics with `ktimer topics apply`";
-            out.push(Finding::new(Level::Fail, what, fix));
+            let (level, fix) = match f.role {
+                "delay" => (Level::Warn, "it is missing: delayed records wait until `ktimer topics apply` creates it (--delay-topic '' turns delayed delivery off)"),
+                _ => (Level::Fail, "it is missing: create the topics with `ktimer topics apply`"),
+            };
+            out.push(Finding::new(level, what, fix));
             continue;
         };
         out.push(match f.role {
@@ -215,6 +211,15 @@ mod tests {
         let mut untold = fact("state", Some(4), "");
         untold.cleanup = None;
         assert_eq!(levels(&[untold]), [Level::Warn]);
+    }
+
+    #[test]
+    fn a_missing_delay_topic_is_a_warning_and_any_other_a_failure() {
+        let facts = [
+            fact("delay", None, "delete"),
+            fact("results", None, "delete"),
+        ];
+        assert_eq!(levels(&facts), [Level::Warn, Level::Fail]);
     }
 
     #[test]
