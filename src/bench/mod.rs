@@ -28,6 +28,7 @@ pub mod instances;
 pub mod load;
 pub mod nodes;
 pub mod observe;
+pub mod percentiles;
 pub mod pipe;
 pub mod rebuild;
 pub mod report;

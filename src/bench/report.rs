@@ -1,52 +1,12 @@
 //! The bench's report: figures, target checks, the JSON file and the histogram picture.
 
 use super::nodes::{self, NodeCpu};
+pub use super::percentiles::Percentiles;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-
-/// Percentiles of a latency distribution, ms.
-#[derive(Debug, Clone, Serialize)]
-pub struct Percentiles {
-    /// Samples.
-    pub count: u64,
-    /// Median.
-    pub p50: u64,
-    /// 90th percentile.
-    pub p90: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// 99.9th percentile.
-    pub p999: u64,
-    /// Largest.
-    pub max: u64,
-    /// Mean.
-    pub mean: f64,
-}
-
-impl Percentiles {
-    /// The percentiles of `h`.
-    pub fn of(h: &Histogram<u64>) -> Percentiles {
-        Percentiles {
-            count: h.len(),
-            p50: h.value_at_quantile(0.5),
-            p90: h.value_at_quantile(0.9),
-            p99: h.value_at_quantile(0.99),
-            p999: h.value_at_quantile(0.999),
-            max: h.max(),
-            mean: (h.mean() * 100.0).round() / 100.0,
-        }
-    }
-
-    fn line(&self) -> String {
-        format!(
-            "p50 {} | p90 {} | p99 {} | p99.9 {} | max {} ms",
-            self.p50, self.p90, self.p99, self.p999, self.max
-        )
-    }
-}
 
 /// The pending-timers phase: intake and Redis memory.
 #[derive(Debug, Clone, Serialize)]
@@ -289,9 +249,11 @@ impl Report {
     pub fn text(&self) -> String {
         let mut s = String::new();
         let f = &self.fire;
-        let via = match self.settings["via"].as_str() {
-            Some("delay-topic") => " (timers sent as delayed records to the delay topic)",
-            _ => "",
+        let delayed = self.settings["via"] == "delay-topic";
+        let via = if delayed {
+            " (timers sent as delayed records)"
+        } else {
+            ""
         };
         let _ = writeln!(s, "ktimer bench {}{via}", self.run);
         if let Some(h) = &self.host {
