@@ -27,11 +27,12 @@ def main():
     when.add_argument("--delay-ms", type=int, help="deliver this many ms after the record's timestamp")
     when.add_argument("--at-ms", type=int, help="deliver at this Unix epoch millisecond")
     send.add_argument("--id", help="timer id, to cancel it later (default: topic/partition/offset)")
-    send.add_argument("--key", help="the record's key")
+    send.add_argument("--key", help="the record's key (default: --id)")
     send.add_argument("--value", default="", help="the record's value")
     send.add_argument("--header", action="append", default=[], help="name=value, delivered with the record (repeatable)")
     cancel = sub.add_parser("cancel", help="cancel a delayed record by its id (a tombstone)")
     cancel.add_argument("id")
+    cancel.add_argument("--key", help="the key the record was sent with (default: the id)")
     a = p.parse_args()
 
     headers = []
@@ -42,9 +43,10 @@ def main():
         else:
             headers.append(("ktimer-at-ms", str(a.at_ms)))
         headers += [tuple(h.split("=", 1)) for h in a.header]
-        value, key = a.value.encode(), a.key
+        value, key = a.value.encode(), a.key if a.key is not None else a.id
     else:
-        value, key = None, None
+        # The same key as the record it cancels: the same partition, so it cannot overtake it.
+        value, key = None, a.key if a.key is not None else a.id
     timer_id = a.id
     if timer_id:
         headers.append(("ktimer-timer-id", timer_id))

@@ -131,15 +131,18 @@ pub fn command(r: &DelayRecord) -> Result<TimerCommand, Refusal> {
 /// The delay-topic record that asks for `cmd`, a one-shot create or a cancel: its value
 /// (`None`: a tombstone) and headers, the inverse of [`command`] (`ktimer send --via
 /// delay-topic`, the bench). A create without a callback topic targets `fired_topic`;
-/// its delivered key is the record's key (the callback's).
+/// the record's key (the delivered key) is the callback's, else the timer id.
 pub fn record_of(cmd: &TimerCommand, fired_topic: &str) -> Result<Delayable, String> {
     let mut headers = vec![
         (names::TIMER_ID.to_string(), cmd.timer_id.clone()),
         (names::APPLICATION.to_string(), cmd.application.clone()),
     ];
+    // Keyed by the timer id unless the callback names a key: a timer's records then share
+    // a delay partition, and a cancel cannot overtake the record it cancels.
+    let id_key = Some(cmd.timer_id.as_bytes().to_vec());
     if cmd.kind == CommandKind::Cancel {
         return Ok(Delayable {
-            key: None,
+            key: id_key,
             value: None,
             headers,
         });
@@ -163,7 +166,7 @@ pub fn record_of(cmd: &TimerCommand, fired_topic: &str) -> Result<Delayable, Str
     headers.push((names::TARGET_TOPIC.to_string(), target.to_string()));
     headers.extend(cb.headers.iter().map(|(k, v)| (k.clone(), v.clone())));
     Ok(Delayable {
-        key: cb.key.clone(),
+        key: cb.key.clone().or(id_key),
         value: Some(cb.payload.clone()),
         headers,
     })
