@@ -113,6 +113,17 @@ async fn a_plain_record_is_delivered_itself_at_its_time_once() {
     println!("delivered {} ms after its due time", f.fired_ms - f.due_ms);
     let again = tokio::time::timeout(Duration::from_secs(3), got.fired.recv()).await;
     assert!(again.is_err(), "delivered twice: {again:?}");
+    // A delayed record is a timer: the admin API finds it by its id (slashes encoded).
+    let admin = svc
+        .status
+        .borrow()
+        .admin_addr
+        .expect("admin port")
+        .to_string();
+    let path = format!("/timers/{}", origin.replace('/', "%2F"));
+    let (code, body) = common::world::http_get(&admin, &path).expect("admin answers");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("FIRED") || body.contains("fired"), "{body}");
     svc.stop().await;
 }
 
