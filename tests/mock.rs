@@ -17,7 +17,7 @@ const MIN: Duration = Duration::from_secs(60);
 /// A mock cluster of three brokers whose test topics and group live on broker 1.
 fn cluster(env_name: &str) -> MockCluster<'static, DefaultProducerContext> {
     let mock = MockCluster::new(3).expect("mock cluster");
-    for role in ["commands", "results", "fired", "dlq", "state"] {
+    for role in ["commands", "results", "fired", "dlq", "state", "delay"] {
         let topic = format!("{env_name}.{role}");
         mock.create_topic(&topic, 2, 1).expect("mock topic");
         for p in 0..2 {
@@ -202,5 +202,94 @@ async fn a_callback_partition_without_a_leader_sends_no_fire_to_the_dead_letter_
         },
     );
     assert_eq!(svc.fires("dead_lettered"), 0.0, "fires dead-lettered");
+    svc.stop().await;
+}
+
+/// 10. The commands topic's leader down for three times the message timeout while delayed
+/// records are read from the delay topic (led by another broker, its group coordinated
+/// there): the commands they become cannot be produced, the delay reader's sessions fail
+/// and start again at the first record not acknowledged, and every record is delivered
+/// once the broker is back, none early, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_records_read_while_the_commands_topic_is_down_are_not_lost() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+    let name = common::unique("mockdelay");
+    let mock = cluster(&name);
+    let delay = format!("{name}.delay");
+    for p in 0..2 {
+        mock.partition_leader(&delay, p, Some(2)).expect("leader");
+    }
+    let env = env_on(
+        &mock,
+        &name,
+        &[
+            "--kafka-option",
+            "message.timeout.ms=1000",
+            "--kafka-option",
+            "retry.backoff.max.ms=200",
+        ],
+    )
+    .await;
+    let group = format!("{}.delay", env.args.group_id);
+    mock.coordinator(MockCoordinator::Group(group), 2)
+        .expect("coordinator");
+    let mut got = env.collect();
+    let svc = env.start().await;
+    mock.broker_down(1).expect("broker down");
+    let ts = now_ms();
+    let mut expected = common::checker::Expected::new();
+    let target = env.args.kafka.fired_topic.clone();
+    let sends: Vec<_> = (0..300)
+        .map(|i| {
+            let id = format!("d{i}");
+            expected.insert(id.clone(), ts + 8_000 + i);
+            let h = OwnedHeaders::new()
+                .insert(Header {
+                    key: "ktimer-delay-ms",
+                    value: Some(&(8_000 + i).to_string()),
+                })
+                .insert(Header {
+                    key: "ktimer-target-topic",
+                    value: Some(&target),
+                })
+                .insert(Header {
+                    key: "ktimer-timer-id",
+                    value: Some(&id),
+                });
+            (id, h)
+        })
+        .collect();
+    for (id, h) in sends {
+        let rec = FutureRecord::<str, [u8]>::to(&delay)
+            .key(&id)
+            .payload(b"x")
+            .timestamp(ts)
+            .headers(h);
+        env.producer
+            .send(rec, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce");
+    }
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    mock.broker_up(1).expect("broker up");
+    let fires = gather(&mut got, &expected, MIN, Duration::from_secs(2)).await;
+    check(
+        "10 delayed records forwarded through an outage",
+        &expected,
+        &fires,
+        &Bounds {
+            duplicates: 0,
+            lateness_ms: 30_000,
+        },
+    );
+    let failed = svc
+        .metric("ktimer_kafka_errors_total{op=\"delay_forward\"}")
+        .unwrap_or(0.0);
+    assert!(
+        failed > 0.0,
+        "no forwarding failed: the outage did not reach the delay reader"
+    );
     svc.stop().await;
 }

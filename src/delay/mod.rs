@@ -94,7 +94,11 @@ impl Delay {
 
     /// Sessions one after the other, with the one backoff between failed ones.
     async fn run(self) {
-        let retry = Retry::new("delay topic", &self.token);
+        let failures = self
+            .metrics
+            .kafka_errors
+            .with_label_values(&["delay_forward"]);
+        let retry = Retry::new("delay topic", &self.token).counting(failures);
         let mut attempts = retry.attempts();
         loop {
             match self.session().await {
