@@ -228,6 +228,35 @@ pub struct CommandResult {
     pub processed_at_ms: i64,
 }
 
+impl CommandResult {
+    /// A REJECTED answer to the record at `partition`/`offset`, processed at
+    /// `processed_at_ms`; its ids and reason still unset.
+    pub fn rejected(partition: i32, offset: i64, processed_at_ms: i64) -> CommandResult {
+        CommandResult {
+            request_id: None,
+            timer_id: None,
+            application: None,
+            kind: None,
+            outcome: Outcome::Rejected,
+            reason: None,
+            state: None,
+            version: None,
+            due_ms: None,
+            partition,
+            offset,
+            processed_at_ms,
+        }
+    }
+
+    /// Copies the identity of `cmd` (request and timer id, application, kind).
+    pub fn describe(&mut self, cmd: &TimerCommand) {
+        self.request_id = Some(cmd.request_id.clone());
+        self.timer_id = Some(cmd.timer_id.clone());
+        self.application = Some(cmd.application.clone());
+        self.kind = Some(cmd.kind.as_str().to_string());
+    }
+}
+
 /// The envelope delivered on fire in [`DeliveryMode::Envelope`]. Mirrors `io.ktimer.FiredEvent`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FiredEvent {

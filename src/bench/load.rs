@@ -12,7 +12,7 @@ use crate::sink::{delivered, enqueue};
 use anyhow::Context;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -123,17 +123,10 @@ pub async fn produce_commands(
 /// The delay-topic record of `cmd`, keyed by its timer id (also the delivered key).
 fn delayed(cmd: &TimerCommand, fired_topic: &str) -> anyhow::Result<Rec> {
     let d = record_of(cmd, fired_topic).map_err(anyhow::Error::msg)?;
-    let mut headers = OwnedHeaders::new_with_capacity(d.headers.len());
-    for (name, value) in &d.headers {
-        headers = headers.insert(Header {
-            key: name,
-            value: Some(value),
-        });
-    }
     Ok(Rec {
         key: cmd.timer_id.clone(),
+        headers: Some(d.kafka_headers()),
         value: d.value,
-        headers: Some(headers),
     })
 }
 

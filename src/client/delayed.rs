@@ -6,7 +6,6 @@ use crate::config::KafkaArgs;
 use crate::delay::contract::record_of;
 use crate::kafka;
 use anyhow::Context;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::time::Duration;
 
@@ -20,14 +19,7 @@ pub async fn send(k: &KafkaArgs, cmds: &[TimerCommand]) -> anyhow::Result<()> {
     let producer: FutureProducer = kafka::producer(k).create()?;
     for cmd in cmds {
         let d = record_of(cmd, &k.fired_topic).map_err(anyhow::Error::msg)?;
-        let mut headers = OwnedHeaders::new();
-        for (name, value) in &d.headers {
-            headers = headers.insert(Header {
-                key: name,
-                value: Some(value),
-            });
-        }
-        let mut rec = FutureRecord::<[u8], [u8]>::to(&k.delay_topic).headers(headers);
+        let mut rec = FutureRecord::<[u8], [u8]>::to(&k.delay_topic).headers(d.kafka_headers());
         if let Some(key) = &d.key {
             rec = rec.key(key);
         }

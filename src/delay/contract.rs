@@ -183,6 +183,16 @@ pub struct Delayable {
     pub headers: Vec<(String, String)>,
 }
 
+impl Delayable {
+    /// Its headers as a Kafka record carries them.
+    pub fn kafka_headers(&self) -> rdkafka::message::OwnedHeaders {
+        let h = rdkafka::message::OwnedHeaders::new_with_capacity(self.headers.len());
+        self.headers
+            .iter()
+            .fold(h, |h, (k, v)| h.insert(crate::sink::record::header(k, v)))
+    }
+}
+
 /// Separates the control headers from the ones delivered; refuses a header the
 /// delivered record could not carry as it came (null, not UTF-8, repeated).
 fn split<'a>(headers: &[(&'a str, Option<&'a [u8]>)]) -> Result<Split<'a>, String> {

@@ -18,7 +18,7 @@ pub mod contract;
 
 use crate::clock::Clock;
 use crate::codec::{Codec, CodecError};
-use crate::command::{CommandResult, Outcome};
+use crate::command::CommandResult;
 use crate::metrics::Metrics;
 use crate::retry::{Retry, Retryable};
 use crate::shutdown::CancellationToken;
@@ -218,20 +218,9 @@ impl Delay {
             }
             Err(refusal) => {
                 let cmd = &refusal.command;
-                let result = CommandResult {
-                    request_id: Some(cmd.request_id.clone()),
-                    timer_id: Some(cmd.timer_id.clone()),
-                    application: Some(cmd.application.clone()),
-                    kind: Some(cmd.kind.as_str().to_string()),
-                    outcome: Outcome::Rejected,
-                    reason: Some(refusal.reason.clone()),
-                    state: None,
-                    version: None,
-                    due_ms: None,
-                    partition: r.partition,
-                    offset: r.offset,
-                    processed_at_ms: now,
-                };
+                let mut result = CommandResult::rejected(r.partition, r.offset, now);
+                result.describe(cmd);
+                result.reason = Some(refusal.reason);
                 let f = self
                     .sink
                     .send_result(Some(cmd.timer_id.as_bytes()), &result)

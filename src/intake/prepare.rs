@@ -3,7 +3,7 @@
 
 use super::{Forward, Handled, Intake};
 use crate::codec::CodecError;
-use crate::command::{CommandResult, Outcome, TimerCommand};
+use crate::command::{CommandResult, TimerCommand};
 use crate::pace::Rate;
 use crate::partitioner::Misrouted;
 use crate::retry::{Retry, Retryable, Stopped};
@@ -101,7 +101,7 @@ impl Intake {
                     continue;
                 }
             };
-            describe(&mut h.result, &cmd);
+            h.result.describe(&cmd);
             if let Some(to) = self.misrouted(m) {
                 match (self.routing.1, forwarded(m)) {
                     (Misrouted::Forward, false) => {
@@ -260,23 +260,11 @@ fn mark(marks: &mut Vec<Mark>, partition: i32, (epoch, floor): (i64, i64), offse
 /// A record's result before anything is known of its command: rejected, no reason yet.
 fn unanswered(m: &OwnedMessage, now_ms: i64) -> Handled {
     let key = m.key().map(<[u8]>::to_vec);
-    let result = CommandResult {
-        request_id: None,
-        timer_id: key.as_deref().map(|k| match k.len() > MAX_ID_BYTES {
-            true => crate::validate::echo(k),
-            false => String::from_utf8_lossy(k).into_owned(),
-        }),
-        application: None,
-        kind: None,
-        outcome: Outcome::Rejected,
-        reason: None,
-        state: None,
-        version: None,
-        due_ms: None,
-        partition: m.partition(),
-        offset: m.offset(),
-        processed_at_ms: now_ms,
-    };
+    let mut result = CommandResult::rejected(m.partition(), m.offset(), now_ms);
+    result.timer_id = key.as_deref().map(|k| match k.len() > MAX_ID_BYTES {
+        true => crate::validate::echo(k),
+        false => String::from_utf8_lossy(k).into_owned(),
+    });
     Handled {
         partition: m.partition(),
         offset: m.offset(),
@@ -293,14 +281,6 @@ fn forwarded(m: &OwnedMessage) -> bool {
         h.iter()
             .any(|x| x.key == crate::sink::headers::FORWARDED_FROM)
     })
-}
-
-/// Copies the command's identity into its result.
-fn describe(r: &mut CommandResult, cmd: &TimerCommand) {
-    r.request_id = Some(cmd.request_id.clone());
-    r.timer_id = Some(cmd.timer_id.clone());
-    r.application = Some(cmd.application.clone());
-    r.kind = Some(cmd.kind.as_str().to_string());
 }
 
 #[cfg(test)]
