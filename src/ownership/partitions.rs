@@ -250,9 +250,8 @@ impl Partitions {
         let Some(r) = rebuilt else {
             return false;
         };
-        if r.records == 0 && r.replay_from == 0 && !wipe && !stale {
+        if r.records == 0 && r.replay_from == 0 && !wipe {
             // Nothing recorded for the partition yet (a new one): not a loss to report.
-            // (Found lost, `stale`, it is one: counted below, its commands replayed.)
             tracing::info!(
                 partition = p,
                 "no state recorded yet: replaying the partition's commands from the start"
