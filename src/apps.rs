@@ -14,6 +14,13 @@
 //!
 //! [applications."*"]             # every application not named
 //! fires_per_second = 500
+//!
+//! [applications.billing.topics]  # billing is bound to topics of its own
+//! commands = "billing.timers"    # its commands, and only its commands, come from here
+//! results = "billing.timer-results"
+//! fired = "billing.timer-fired"  # its default callback topic (default: COMMANDS.fired)
+//! state = "billing.timers.state" # its timers' states (default: COMMANDS.state)
+//! dead_letter = "billing.timers.dead-letter"   # (default: COMMANDS.dead-letter)
 //! ```
 //!
 //! Every setting is optional; what an application's entry leaves out comes from the
@@ -45,6 +52,59 @@ pub struct Settings {
     pub retry_max_ms: Option<u64>,
     /// Callback topics (exact names, or prefixes ending in `*`).
     pub callbacks: Option<Vec<String>>,
+    /// The topics the application is bound to, if any.
+    pub topics: Option<Binding>,
+}
+
+/// The topics of a bound application (`[applications.NAME.topics]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Binding {
+    /// Its commands topic: whatever is read there acts for the application.
+    pub commands: String,
+    /// Its results topic: its results go there only.
+    pub results: String,
+    /// Its default callback topic (`COMMANDS.fired` when left out).
+    pub fired: Option<String>,
+    /// Its state topic (`COMMANDS.state` when left out).
+    pub state: Option<String>,
+    /// Its dead-letter topic: its undecodable commands and undeliverable fires
+    /// (`COMMANDS.dead-letter` when left out).
+    pub dead_letter: Option<String>,
+}
+
+impl Binding {
+    /// The default callback topic.
+    pub fn fired(&self) -> String {
+        self.fired
+            .clone()
+            .unwrap_or_else(|| format!("{}.fired", self.commands))
+    }
+
+    /// The state topic.
+    pub fn state(&self) -> String {
+        self.state
+            .clone()
+            .unwrap_or_else(|| format!("{}.state", self.commands))
+    }
+
+    /// The dead-letter topic.
+    pub fn dead_letter(&self) -> String {
+        self.dead_letter
+            .clone()
+            .unwrap_or_else(|| format!("{}.dead-letter", self.commands))
+    }
+
+    /// Its topics by role (`commands`, `results`, `fired`, `state`, `dead_letter`).
+    pub fn roles(&self) -> [(&'static str, String); 5] {
+        [
+            ("commands", self.commands.clone()),
+            ("results", self.results.clone()),
+            ("fired", self.fired()),
+            ("state", self.state()),
+            ("dead_letter", self.dead_letter()),
+        ]
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
@@ -70,6 +130,7 @@ static NONE: Settings = Settings {
     retry_base_ms: None,
     retry_max_ms: None,
     callbacks: None,
+    topics: None,
 };
 
 impl Applications {
@@ -85,6 +146,7 @@ impl Applications {
                 return Err(format!("{name}: delivery_attempts must be at least 1"));
             }
         }
+        check_bindings(&file.applications)?;
         let lists: HashMap<String, Vec<String>> = file
             .applications
             .iter()
@@ -128,6 +190,13 @@ impl Applications {
     /// The applications the file names, with their settings (`"*"` included).
     pub fn named(&self) -> impl Iterator<Item = (&str, &Settings)> {
         self.apps.iter().map(|(n, s)| (n.as_str(), s))
+    }
+
+    /// The bound applications with their topics.
+    pub fn bindings(&self) -> impl Iterator<Item = (&str, &Binding)> {
+        self.apps
+            .iter()
+            .filter_map(|(n, s)| Some((n.as_str(), s.topics.as_ref()?)))
     }
 
     /// The callback allow-list the file's `callbacks` entries make, if any.
@@ -178,6 +247,18 @@ impl Apps {
             return Ok(());
         };
         let apps = read(path)?;
+        let before: HashMap<_, _> = self
+            .current()
+            .bindings()
+            .map(|(n, b)| (n.to_string(), b.clone()))
+            .collect();
+        let after: HashMap<_, _> = apps
+            .bindings()
+            .map(|(n, b)| (n.to_string(), b.clone()))
+            .collect();
+        if before != after {
+            tracing::warn!("the applications file binds other topics now: bindings change when the instance restarts");
+        }
         *self.current.write().expect("apps lock") = Arc::new(apps);
         Ok(())
     }
@@ -201,6 +282,31 @@ pub fn reload_on_sighup(apps: Apps, token: crate::shutdown::CancellationToken) {
             }
         }
     });
+}
+
+/// Bindings name real applications, and no topic twice.
+fn check_bindings(apps: &HashMap<String, Settings>) -> Result<(), String> {
+    let mut seen: HashMap<String, String> = HashMap::new();
+    for (name, b) in apps
+        .iter()
+        .filter_map(|(n, s)| Some((n, s.topics.as_ref()?)))
+    {
+        if name == "*" || name.is_empty() {
+            return Err(format!(
+                "{name:?}: only a named application can be bound to topics"
+            ));
+        }
+        for (role, topic) in b.roles() {
+            if topic.is_empty() {
+                return Err(format!("{name}: topics.{role} is empty"));
+            }
+            let this = format!("{name}'s {role} topic");
+            if let Some(other) = seen.insert(topic.clone(), this.clone()) {
+                return Err(format!("{topic:?} is both {other} and {this}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<Applications, String> {
@@ -245,6 +351,25 @@ mod tests {
         assert!(bad("[applications.a]\nfires_per_second = 0").contains("positive"));
         assert!(bad("[applications.a]\ndelivery_attempts = 0").contains("at least 1"));
         assert!(bad("[applications.a]\nfires = 1").contains("unknown field"));
+    }
+
+    #[test]
+    fn bindings_name_topics_once() {
+        let a =
+            Applications::parse("[applications.b.topics]\ncommands = \"b.c\"\nresults = \"b.r\"\n")
+                .unwrap();
+        let (name, b) = a.bindings().next().unwrap();
+        assert_eq!(
+            (name, b.fired(), b.state()),
+            ("b", "b.c.fired".into(), "b.c.state".into())
+        );
+        let bad = |t: &str| Applications::parse(t).unwrap_err();
+        let twice = "[applications.a.topics]\ncommands = \"x\"\nresults = \"r\"\n\
+                     [applications.b.topics]\ncommands = \"y\"\nresults = \"r\"\n";
+        assert!(bad(twice).contains("\"r\" is both"), "{}", bad(twice));
+        let star = "[applications.\"*\".topics]\ncommands = \"x\"\nresults = \"r\"\n";
+        assert!(bad(star).contains("only a named application"));
+        assert!(bad("[applications.a.topics]\ncommands = \"x\"\n").contains("results"));
     }
 
     #[test]

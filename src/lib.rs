@@ -81,6 +81,7 @@ pub mod delay;
 pub mod fingerprint;
 pub mod intake;
 pub mod kafka;
+pub mod lanes;
 pub mod metrics;
 pub mod migrator;
 pub mod ownership;

@@ -65,6 +65,16 @@ async fn apply_topics(args: TopicsApplyArgs) -> anyhow::Result<()> {
             s.partitions = p;
         }
     }
+    let apps = args.applications.clone().unwrap_or_default().current();
+    let lanes = ktimer::lanes::Lanes::new(k, &apps).map_err(anyhow::Error::msg)?;
+    for (role, name) in lanes.bound_roles() {
+        let like = specs.iter().find(|s| s.role == role);
+        let Some(mut spec) = like.cloned() else {
+            anyhow::bail!("no topic of role {role} is declared: {name} cannot be created like it");
+        };
+        spec.name = name;
+        specs.push(spec);
+    }
     for (spec, applied) in topics::apply(&ktimer::kafka::client(k), &specs).await? {
         let what = match applied {
             topics::Applied::Created => format!("created with {} partitions", spec.partitions),

@@ -18,6 +18,15 @@ const CALL_BUCKETS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
 ];
 
+/// The labels of a per-partition series: the commands topic, the partition. (Each lane
+/// of [`crate::lanes`] has a commands topic of its own.)
+const SLOT: &[&str] = &["topic", "partition"];
+
+/// The label values of partition `partition` of commands topic `topic` ([`SLOT`]).
+pub fn slot(topic: &str, partition: i32) -> [String; 2] {
+    [topic.to_string(), partition.to_string()]
+}
+
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     IntCounterVec::new(Opts::new(name, help), labels).expect("metric")
 }
@@ -47,7 +56,7 @@ pub struct Metrics {
     /// Lateness of fires: produce time minus due time, seconds.
     pub fire_lateness: Histogram,
     /// Partitions of the commands topic this instance owns.
-    pub owned_partitions: IntGauge,
+    pub owned_partitions: IntGaugeVec,
     /// Fires claimed and waiting for their due time or the broker's acknowledgement, by `partition`.
     pub in_flight: IntGaugeVec,
     /// Due fires of paced applications parked in Redis (over the trigger's quota), by
@@ -98,9 +107,9 @@ pub struct Metrics {
     /// Redis's clock minus this host's wall clock, seconds (fires follow Redis's).
     pub clock_offset: prometheus::Gauge,
     /// Partitions taken whose state-topic partition is missing (nothing applied).
-    pub partitions_unavailable: IntGauge,
+    pub partitions_unavailable: IntGaugeVec,
     /// Partitions taken whose commands wait for the previous owner's producer.
-    pub partitions_waiting: IntGauge,
+    pub partitions_waiting: IntGaugeVec,
     /// Records read from the delay topic, by `outcome` (forwarded: a command on the
     /// commands topic; refused: answered rejected by the header contract).
     pub delayed_records: IntCounterVec,
@@ -128,17 +137,17 @@ impl Metrics {
             .buckets(LATENESS_BUCKETS.to_vec()),
         )
         .expect("metric");
-        let owned_partitions = IntGauge::new(
+        let owned_partitions = gauge(
             "owned_partitions",
-            "Commands-topic partitions owned by this instance",
-        )
-        .expect("metric");
+            "Commands-topic partitions owned by this instance, per commands topic",
+            &["topic"],
+        );
         let in_flight = IntGaugeVec::new(
             Opts::new(
                 "in_flight_fires",
                 "Fires claimed and not yet acknowledged by the broker",
             ),
-            &["partition"],
+            SLOT,
         )
         .expect("metric");
         let parked = IntGaugeVec::new(
@@ -146,7 +155,7 @@ impl Metrics {
                 "parked_fires",
                 "Due fires of rate-limited applications waiting in Redis for their turn",
             ),
-            &["partition"],
+            SLOT,
         )
         .expect("metric");
         let redis_errors = IntCounterVec::new(
@@ -180,7 +189,7 @@ impl Metrics {
             &["application", "outcome"],
         )
         .expect("metric");
-        let p = &["partition"];
+        let p = SLOT;
         let pending = gauge(
             "pending_timers",
             "Live (scheduled or paused) timers of an owned partition",
@@ -254,16 +263,16 @@ impl Metrics {
             "Redis's clock minus this host's wall clock; fires are due by Redis's clock",
         )
         .expect("metric");
-        let partitions_unavailable = IntGauge::new(
+        let partitions_unavailable = gauge(
             "partitions_unavailable",
             "Partitions taken whose state-topic partition is missing: none of their commands is applied",
-        )
-        .expect("metric");
-        let partitions_waiting = IntGauge::new(
+            &["topic"],
+        );
+        let partitions_waiting = gauge(
             "partitions_waiting_previous_owner",
             "Partitions taken whose commands wait until the previous owner's producer answered the fires it holds",
-        )
-        .expect("metric");
+            &["topic"],
+        );
         let delayed_records = counter(
             "delayed_records_total",
             "Records read from the delay topic, by outcome (forwarded as a command, refused)",
@@ -334,10 +343,10 @@ impl Metrics {
         }
     }
 
-    /// Drops the per-partition series of `partition` (no longer owned).
-    pub fn forget_partition(&self, partition: i32) {
-        let p = [partition.to_string()];
-        let p = [p[0].as_str()];
+    /// Drops the per-partition series of `partition` of `topic` (no longer owned).
+    pub fn forget_partition(&self, topic: &str, partition: i32) {
+        let p = slot(topic, partition);
+        let p = [p[0].as_str(), p[1].as_str()];
         let _ = self.pending.remove_label_values(&p);
         let _ = self.overdue.remove_label_values(&p);
         let _ = self.overdue_age.remove_label_values(&p);

@@ -39,9 +39,12 @@ pub fn spawn(
             if retune {
                 retune_encoding(&store).await;
             }
-            let owned = status.borrow().owned.clone();
-            for p in owned {
-                sample(&store, &metrics, p).await;
+            let lanes = status.borrow().lanes.clone();
+            for (topic, owned) in lanes {
+                let store = store.for_topic(&topic);
+                for p in owned {
+                    sample(&store, &metrics, p).await;
+                }
             }
         }
     });
@@ -105,8 +108,8 @@ async fn watch_eviction(
 }
 
 async fn sample(store: &Store, m: &Metrics, partition: i32) {
-    let label = [partition.to_string()];
-    let label = [label[0].as_str()];
+    let label = crate::metrics::slot(store.topic(), partition);
+    let label = [label[0].as_str(), label[1].as_str()];
     let now = Clock::System.now_ms();
     match store.live_timers(partition).await {
         Ok(live) => m.pending.with_label_values(&label).set(live.values().sum()),

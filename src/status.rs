@@ -11,8 +11,11 @@ pub struct Status {
     pub admin_addr: Option<SocketAddr>,
     /// Whether the instance has joined the consumer group (got its first assignment).
     pub joined: bool,
-    /// The commands-topic partitions it owns, sorted.
+    /// The partitions of the shared commands topic it owns, sorted.
     pub owned: Vec<i32>,
+    /// The partitions it owns per commands topic (the shared one and every bound
+    /// application's, [`crate::lanes`]), sorted.
+    pub lanes: std::collections::BTreeMap<String, Vec<i32>>,
     /// Of the owned partitions taken without a rebuild: ms from their assignment until
     /// their trigger started (the takeover path reads a few keys, whatever the partition
     /// holds).

@@ -302,6 +302,10 @@ pub struct TopicsApplyArgs {
     /// Override the partition count of every declared topic.
     #[arg(long, env = "KTIMER_TOPIC_PARTITIONS")]
     pub partitions: Option<i32>,
+    /// The applications file (`ktimer run --applications`): each bound application's
+    /// topics are created too, declared like the shared topic of the same role.
+    #[arg(long, env = "KTIMER_APPLICATIONS", value_parser = crate::apps::Apps::load)]
+    pub applications: Option<crate::apps::Apps>,
 }
 
 fn parse_kv(s: &str) -> Result<(String, String), String> {

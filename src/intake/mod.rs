@@ -51,8 +51,12 @@ pub struct Intake {
     pub consumer: Arc<StreamConsumer<IntakeContext>>,
     /// Its rebalance events.
     pub events: mpsc::UnboundedReceiver<RebalanceEvent>,
-    /// The commands topic.
+    /// The commands topic (the lane's).
     pub topic: String,
+    /// The lane read ([`crate::lanes`]): which application its commands act for.
+    pub lane: Arc<crate::lanes::Lane>,
+    /// Every lane (the shared one refuses commands of bound applications).
+    pub lanes: Arc<crate::lanes::Lanes>,
     /// Redis.
     pub store: Store,
     /// The producer.

@@ -92,7 +92,7 @@ impl Intake {
             mark(&mut out.marks, m.partition(), (epoch, floor), m.offset());
             let mut h = unanswered(m, now);
             let payload = m.payload().unwrap_or_default();
-            let cmd = match self.decode(payload).await? {
+            let mut cmd = match self.decode(payload).await? {
                 Ok(cmd) => cmd,
                 Err(e) => {
                     h.result.reason = Some(e.to_string());
@@ -101,6 +101,15 @@ impl Intake {
                     continue;
                 }
             };
+            match crate::validate::tenancy::owner(&self.lane, &self.lanes, &cmd) {
+                Ok(app) => cmd.application = app,
+                Err(why) => {
+                    h.result.describe(&cmd);
+                    h.result.reason = Some(why);
+                    out.handled.push(h);
+                    continue;
+                }
+            }
             h.result.describe(&cmd);
             if let Some(to) = self.misrouted(m) {
                 match (self.routing.1, forwarded(m)) {

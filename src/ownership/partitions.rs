@@ -167,7 +167,7 @@ impl Partitions {
                     if let Some(o) = self.owned.remove(&p) {
                         o.stop().await;
                     }
-                    self.tasks.metrics.forget_partition(p);
+                    self.tasks.metrics.forget_partition(&self.topic, p);
                 }
                 tracing::info!(partitions = ?self.ids(), "revoked");
             }
@@ -320,7 +320,10 @@ impl Partitions {
     /// Publishes the owned partitions (metrics, status).
     pub fn publish(&self) {
         let t = &self.tasks;
-        t.metrics.owned_partitions.set(self.owned.len() as i64);
+        t.metrics
+            .owned_partitions
+            .with_label_values(&[&self.topic])
+            .set(self.owned.len() as i64);
         self.gauge_waiting();
         self.gauge_triggers();
         let mut parts = self.ids();
@@ -330,10 +333,14 @@ impl Partitions {
             .iter()
             .filter_map(|(p, o)| Some((*p, o.taken_ms?)));
         let taken_ms = taken.collect();
+        let topic = self.topic.clone();
         t.status.send_modify(|s| {
-            s.joined = true;
-            s.owned = parts;
-            s.taken_ms = taken_ms;
+            s.lanes.insert(topic, parts.clone());
+            if t.shared {
+                s.joined = true;
+                s.owned = parts;
+                s.taken_ms = taken_ms;
+            }
         });
     }
 
@@ -341,11 +348,12 @@ impl Partitions {
     pub fn gauge_triggers(&self) {
         for (p, o) in &self.owned {
             let alive = o.tasks.as_ref().is_some_and(|t| !t.trigger.is_finished());
+            let l = crate::metrics::slot(&self.topic, *p);
             let g = self
                 .tasks
                 .metrics
                 .trigger_alive
-                .with_label_values(&[&p.to_string()]);
+                .with_label_values(&[&l[0], &l[1]]);
             g.set(alive as i64);
         }
     }

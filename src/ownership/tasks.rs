@@ -31,6 +31,9 @@ pub struct Tasks {
     pub checkpoint: CheckpointConfig,
     /// The state topic and a reader's configuration (rebuilds).
     pub state: (String, ClientConfig),
+    /// Whether these are the shared commands topic's partitions (published as
+    /// [`crate::status::Status::owned`]; a bound lane's only by topic).
+    pub shared: bool,
     /// Shutdown; every task gets a child.
     pub token: CancellationToken,
     /// Where the owned partitions are published.

@@ -192,6 +192,20 @@ impl Store {
         Ok(store)
     }
 
+    /// The same store (connection, scripts) for the partitions of another commands topic
+    /// (a lane of its own, [`crate::lanes`]).
+    pub fn for_topic(&self, topic: &str) -> Store {
+        Store {
+            topic: topic.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// The commands topic whose partitions this handle reads and writes.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
     /// The same store on a connection of its own.
     pub async fn dedicated(&self) -> Result<Store, StoreError> {
         Ok(Store {

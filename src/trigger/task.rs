@@ -43,10 +43,12 @@ pub(super) struct Handles {
 }
 
 impl Handles {
-    fn new(m: &Metrics, partition: i32) -> Handles {
+    fn new(m: &Metrics, topic: &str, partition: i32) -> Handles {
+        let l = crate::metrics::slot(topic, partition);
+        let l = [l[0].as_str(), l[1].as_str()];
         Handles {
-            in_flight: m.in_flight.with_label_values(&[&partition.to_string()]),
-            parked: m.parked.with_label_values(&[&partition.to_string()]),
+            in_flight: m.in_flight.with_label_values(&l),
+            parked: m.parked.with_label_values(&l),
             delivered: m.fires.with_label_values(&["delivered"]),
             retried: m.fires.with_label_values(&["retried"]),
             stale: m.fires.with_label_values(&["stale"]),
@@ -126,7 +128,7 @@ impl Trigger {
             .counting(metrics.redis_errors.with_label_values(&["trigger"]));
         let budget = cfg.budget.clone();
         Trigger {
-            m: Handles::new(metrics, partition),
+            m: Handles::new(metrics, store.topic(), partition),
             lease: Lease::new(cfg.lease),
             fence: Fence::default(),
             clock: cfg.clock.clone(),

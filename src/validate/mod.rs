@@ -7,6 +7,8 @@ use crate::schedule::{CronSpec, PlanConfig};
 use crate::timer::{Op, Schedule, TimerDef};
 use std::sync::Arc;
 
+pub mod tenancy;
+
 pub use crate::timer::MAX_INSTANT_MS;
 
 /// Longest id (timer, request, application), bytes.

@@ -175,16 +175,22 @@ impl TestEnv {
     /// A consumer of the fired and results topics from their beginning, feeding channels.
     pub fn collect(&self) -> Collected {
         let k = &self.args.kafka;
+        self.collect_from(&k.fired_topic, &k.results_topic)
+    }
+
+    /// A consumer of `fired_topic` and `results_topic` from their beginning.
+    pub fn collect_from(&self, fired_topic: &str, results_topic: &str) -> Collected {
+        let k = &self.args.kafka;
         let consumer: StreamConsumer = ktimer::client::assigned_consumer(
             k,
-            &[k.fired_topic.clone(), k.results_topic.clone()],
+            &[fired_topic.to_string(), results_topic.to_string()],
             true,
         )
         .expect("collector");
         let (ftx, frx) = mpsc::unbounded_channel();
         let (rtx, rrx) = mpsc::unbounded_channel();
         let codec = ktimer::codec::Codec::new(k.schema_registry_url.as_deref()).unwrap();
-        let results_topic = k.results_topic.clone();
+        let results_topic = results_topic.to_string();
         tokio::spawn(async move {
             loop {
                 let Ok(m) = consumer.recv().await else {
@@ -310,8 +316,19 @@ impl TestEnv {
     /// Like [`TestEnv::send_many`], the records stamped `timestamp_ms` (a producer's
     /// clock) when given.
     pub async fn send_many_at(&self, cmds: &[TimerCommand], timestamp_ms: Option<i64>) {
+        let topic = self.args.kafka.commands_topic.clone();
+        self.send_many_to(&topic, cmds, timestamp_ms).await
+    }
+
+    /// Like [`TestEnv::send_many_at`], to the commands topic `topic` (a bound
+    /// application's).
+    pub async fn send_many_to(
+        &self,
+        topic: &str,
+        cmds: &[TimerCommand],
+        timestamp_ms: Option<i64>,
+    ) {
         let codec = ktimer::codec::Codec::new(None).unwrap();
-        let topic = &self.args.kafka.commands_topic;
         let mut encoded = Vec::with_capacity(cmds.len());
         for c in cmds {
             encoded.push(codec.encode_command(c, topic).await.unwrap());

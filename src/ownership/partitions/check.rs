@@ -67,7 +67,7 @@ impl Partitions {
                     if let Some(o) = self.owned.remove(&p) {
                         o.stop().await;
                     }
-                    self.tasks.metrics.forget_partition(p);
+                    self.tasks.metrics.forget_partition(&self.topic, p);
                     changed = true;
                 }
                 Verdict::Behind(to) => {

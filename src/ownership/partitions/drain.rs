@@ -65,7 +65,11 @@ impl Partitions {
     /// Sets `ktimer_partitions_waiting_previous_owner`.
     pub(super) fn gauge_waiting(&self) {
         let n = self.owned.values().filter(|o| o.draining.is_some()).count();
-        self.tasks.metrics.partitions_waiting.set(n as i64);
+        self.tasks
+            .metrics
+            .partitions_waiting
+            .with_label_values(&[&self.topic])
+            .set(n as i64);
     }
 }
 

@@ -83,6 +83,10 @@ impl Partitions {
 
     fn gauge_unavailable(&self) {
         let n = self.unavailable.len() as i64;
-        self.tasks.metrics.partitions_unavailable.set(n);
+        self.tasks
+            .metrics
+            .partitions_unavailable
+            .with_label_values(&[&self.topic])
+            .set(n);
     }
 }
