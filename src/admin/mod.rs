@@ -111,5 +111,7 @@ async fn ready(State(s): State<Arc<AdminState>>) -> Response {
 /// instance owns now, and how long taking each took (those taken without a rebuild).
 async fn status(State(s): State<Arc<AdminState>>) -> Json<serde_json::Value> {
     let st = s.status.borrow().clone();
-    Json(serde_json::json!({"joined": st.joined, "owned": st.owned, "taken_ms": st.taken_ms}))
+    Json(
+        serde_json::json!({"joined": st.joined, "owned": st.owned, "taken_ms": st.taken_ms, "lanes": st.lanes}),
+    )
 }

@@ -265,9 +265,23 @@ impl TestEnv {
     /// flight); fails after `limit`. (A partition writes a checkpoint only when something
     /// changed: one with no fires keeps an older watermark, rightly.)
     pub async fn checkpointed_through(&self, partitions: &[i32], due_ms: i64, limit: Duration) {
+        let state = self.args.kafka.state_topic.clone();
+        self.checkpointed_through_on(&state, partitions, due_ms, limit)
+            .await
+    }
+
+    /// Like [`TestEnv::checkpointed_through`], on the state topic `state_topic` (a bound
+    /// application's).
+    pub async fn checkpointed_through_on(
+        &self,
+        state_topic: &str,
+        partitions: &[i32],
+        due_ms: i64,
+        limit: Duration,
+    ) {
         let k = &self.args.kafka;
         let consumer: StreamConsumer =
-            ktimer::client::assigned_consumer(k, std::slice::from_ref(&k.state_topic), true)
+            ktimer::client::assigned_consumer(k, &[state_topic.to_string()], true)
                 .expect("state reader");
         let covers = |c: &ktimer::timer::Checkpoint| {
             c.acked_through_ms >= due_ms
