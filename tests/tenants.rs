@@ -401,15 +401,7 @@ async fn redis_emptied_rebuilds_each_lane_from_its_own_state_topic() {
         env.checkpointed_through_on(state, &[p], fired_due, MIN)
             .await;
     }
-    let mut redis = redis::Client::open(w.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("FLUSHALL")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    w.redis.flushall().await;
     assert!(now_ms() < due - 3_000, "flushed well before the due time");
 
     // After the rebuild: the paused timer is paused, of its application, in its lane

@@ -31,16 +31,27 @@ use std::time::Duration;
 
 /// What every lane of an instance shares.
 pub(super) struct Shared {
+    /// The command line.
     pub args: RunArgs,
+    /// Every lane (the rule of [`crate::validate::tenancy`] needs them all).
     pub lanes: Arc<Lanes>,
+    /// Redis (a lane takes it for its commands topic, [`Store::for_topic`]).
     pub store: Store,
+    /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Command decoding.
     pub codec: Arc<Codec>,
+    /// Callback topic facts.
     pub catalog: Arc<Catalog>,
+    /// The clock.
     pub clock: Clock,
+    /// Whether Redis is out of reach: every lane's intake gives its partitions up.
     pub cut: Arc<Cut>,
+    /// What the intakes wait for.
     pub waits: Arc<Waits>,
+    /// Where the instance's state is published.
     pub status: StatusTx,
+    /// Shutdown.
     pub token: CancellationToken,
 }
 

@@ -106,6 +106,19 @@ impl Redis {
     }
 
     /// SIGKILLs the server (no shutdown save) and waits until its port is closed.
+    /// Empties it (FLUSHALL): Redis lost every timer.
+    pub async fn flushall(&self) {
+        let mut redis = redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+
     pub fn kill(&mut self) {
         signal(self.pid, libc::SIGKILL);
         wait_port_closed(self.port);
