@@ -3,7 +3,8 @@
 //! - [`timers`]: look-up, history, listing, counts per application, dead letters;
 //! - [`write`]: create, update, pause, resume, cancel and bulk actions, each a command on
 //!   the commands topic ([`commands`] sends it and waits for its result);
-//! - [`access`]: tokens and what they allow; [`error`]: JSON errors;
+//! - [`access`]: tokens and what they allow; [`error`]: JSON errors; [`lanes`]: which
+//!   lane (an application's own topics, or the shared ones) a request reaches;
 //! - [`cli`]: `ktimer timers ...`, and [`console`]: the web console, clients of these
 //!   routes.
 
@@ -12,13 +13,13 @@ pub mod cli;
 pub mod commands;
 pub mod console;
 pub mod error;
+pub mod lanes;
 pub mod timers;
 pub mod write;
 
 use crate::metrics::Metrics;
 use crate::shutdown::CancellationToken;
 use crate::status::StatusTx;
-use crate::store::Store;
 use access::Access;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
@@ -26,7 +27,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,19 +37,15 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 pub struct AdminState {
     /// Metrics to render.
     pub metrics: Arc<Metrics>,
-    /// Redis, for look-ups.
-    pub store: Store,
+    /// Every lane: Redis for its look-ups, its partitions, its write path.
+    pub lanes: lanes::AdminLanes,
     /// The instance's status; ready once it joined the group.
     pub status: StatusTx,
-    /// Partitions of the commands topic (listings walk them).
-    pub partitions: AtomicI32,
     /// The key-to-partition mapping: a timer lives in its id's partition (commands that
     /// arrive elsewhere are forwarded there, or rejected).
     pub partitioner: crate::partitioner::Partitioner,
     /// Who may do what.
     pub access: Access,
-    /// The write path (none: write routes answer 503).
-    pub commands: Option<commands::Commands>,
     /// How long a write waits for its command's result before answering 202.
     pub wait: Duration,
 }

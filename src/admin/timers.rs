@@ -4,6 +4,7 @@
 
 use super::access::{Need, Scope};
 use super::error::ApiError;
+use super::lanes::AdminLane;
 use super::AdminState;
 use crate::store::{ListFilter, TimerSummary, TimerView};
 use crate::timer::TimerState;
@@ -14,7 +15,6 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Timers per page unless the request says.
@@ -22,18 +22,37 @@ const DEFAULT_LIMIT: usize = 100;
 /// Most timers per page.
 const MAX_LIMIT: usize = 1_000;
 
-/// Timer `id` and the partition it lives in (its id's), within the caller's scope; 404
-/// otherwise (a scoped token does not learn that another application's timer exists).
-pub async fn find(s: &AdminState, scope: &Scope, id: &str) -> Result<(i32, TimerView), ApiError> {
-    let p = s
-        .partitioner
-        .partition(id.as_bytes(), s.partitions.load(Ordering::SeqCst));
-    match s.store.timer(p, id).await? {
-        Some(t) if scope.allows(t.def.as_ref().map_or("", |d| d.application.as_str())) => {
-            Ok((p, t))
+/// The application a look-up names (`?application=`): its lane is searched.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppQuery {
+    application: Option<String>,
+}
+
+/// Timer `id` of application `asked` (a scoped token's own when none is named), the lane
+/// and the partition it lives in (its id's), within the caller's scope; 404 otherwise (a
+/// scoped token does not learn that another application's timer exists). A bound
+/// application's timer is looked for in its lane, then in the shared one (created there
+/// before it was bound); any other in the shared lane.
+pub async fn find<'a>(
+    s: &'a AdminState,
+    scope: &Scope,
+    id: &str,
+    asked: Option<String>,
+) -> Result<(&'a AdminLane, i32, TimerView), ApiError> {
+    let app = scope.application(asked)?;
+    let own = s.lanes.of(app.as_deref());
+    for lane in [own, s.lanes.shared()] {
+        let p = s.partitioner.partition(id.as_bytes(), lane.partitions);
+        match lane.store.timer(p, id).await? {
+            Some(t) if scope.allows(t.def.as_ref().map_or("", |d| d.application.as_str())) => {
+                return Ok((lane, p, t))
+            }
+            _ if lane.lane.application.is_none() => break,
+            _ => {}
         }
-        _ => Err(ApiError::not_found(format!("no timer {id:?}"))),
     }
+    Err(ApiError::not_found(format!("no timer {id:?}")))
 }
 
 /// `GET /timers/{id}`: definition, state, version, next due, fires, the last fire, dead
@@ -42,10 +61,11 @@ pub async fn get(
     State(s): State<Arc<AdminState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    q: Result<Query<AppQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let scope = s.access.scope(&headers, Need::Read)?;
-    let (p, t) = find(&s, &scope, &id).await?;
-    Ok(Json(timer_json(&id, p, &t)))
+    let (lane, p, t) = find(&s, &scope, &id, q?.0.application).await?;
+    Ok(Json(timer_json(&id, &lane.lane.commands, p, &t)))
 }
 
 /// `GET /timers/{id}/history`: the timer's commands and fires, oldest first.
@@ -53,9 +73,10 @@ pub async fn history(
     State(s): State<Arc<AdminState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    q: Result<Query<AppQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let scope = s.access.scope(&headers, Need::Read)?;
-    let (_, t) = find(&s, &scope, &id).await?;
+    let (_, _, t) = find(&s, &scope, &id, q?.0.application).await?;
     Ok(Json(json!({"timer_id": id, "history": t.history})))
 }
 
@@ -112,14 +133,15 @@ async fn listing(
         dead_letters: dead,
         limit: q.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
     };
-    let (timers, next) = page(s, q.cursor.as_deref(), &f).await?;
+    let lane = s.lanes.of(f.application.as_deref());
+    let (timers, next) = page(lane, q.cursor.as_deref(), &f).await?;
     Ok(Json(json!({"timers": timers, "cursor": next})))
 }
 
-/// About `f.limit` timers from API cursor `cursor` (`PARTITION:STORE_CURSOR`), partition
-/// after partition, and the cursor after them.
+/// About `f.limit` timers of `lane` from API cursor `cursor` (`PARTITION:STORE_CURSOR`),
+/// partition after partition, and the cursor after them.
 pub async fn page(
-    s: &AdminState,
+    s: &AdminLane,
     cursor: Option<&str>,
     f: &ListFilter,
 ) -> Result<(Vec<TimerSummary>, Option<String>), ApiError> {
@@ -131,7 +153,7 @@ pub async fn page(
             (p.parse::<i32>().map_err(|_| bad())?, rest.to_string())
         }
     };
-    let partitions = s.partitions.load(Ordering::SeqCst);
+    let partitions = s.partitions;
     let mut out = Vec::new();
     while p < partitions && out.len() < f.limit {
         let want = ListFilter {
@@ -156,10 +178,12 @@ pub async fn applications(
 ) -> Result<Json<Value>, ApiError> {
     let scope = s.access.scope(&headers, Need::Read)?;
     let mut apps: BTreeMap<String, BTreeMap<TimerState, i64>> = BTreeMap::new();
-    for p in 0..s.partitions.load(Ordering::SeqCst) {
-        for ((app, st), n) in s.store.state_counts(p).await? {
-            if scope.allows(&app) {
-                *apps.entry(app).or_default().entry(st).or_default() += n;
+    for lane in s.lanes.all() {
+        for p in 0..lane.partitions {
+            for ((app, st), n) in lane.store.state_counts(p).await? {
+                if scope.allows(&app) {
+                    *apps.entry(app).or_default().entry(st).or_default() += n;
+                }
             }
         }
     }
@@ -181,11 +205,12 @@ fn callback_json(c: &crate::command::Callback) -> Value {
     })
 }
 
-/// The JSON of a looked-up timer.
-fn timer_json(id: &str, partition: i32, t: &TimerView) -> Value {
+/// The JSON of a looked-up timer (in `partition` of commands topic `topic`).
+fn timer_json(id: &str, topic: &str, partition: i32, t: &TimerView) -> Value {
     let def = t.def.as_ref();
     json!({
         "timer_id": id,
+        "topic": topic,
         "partition": partition,
         "version": t.version,
         "state": t.state,

@@ -7,6 +7,7 @@
 use super::access::{Need, Scope};
 use super::commands::Sent;
 use super::error::ApiError;
+use super::lanes::AdminLane;
 use super::timers::{find, page};
 use super::AdminState;
 use crate::command::{CommandKind, Outcome, TimerCommand};
@@ -24,11 +25,14 @@ use std::sync::Arc;
 /// Most commands one bulk request sends.
 const BULK_MAX: usize = 100_000;
 
-/// `?wait=false`: answer 202 once the command is produced.
+/// `?wait=false`: answer 202 once the command is produced; `?application=`: the
+/// application whose timer a route names (its lane is searched; a scoped token's own
+/// when none is named).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WaitQuery {
     wait: Option<bool>,
+    application: Option<String>,
 }
 
 /// A request id for a command the caller did not name.
@@ -61,9 +65,10 @@ fn command(mut body: Value, kind: CommandKind, id: Option<&str>) -> Result<Timer
     serde_json::from_value(body).map_err(|e| ApiError::bad_request(format!("body: {e}")))
 }
 
-/// Sends `cmd` within `scope` and answers its result.
+/// Sends `cmd` within `scope` to `lane`'s commands topic and answers its result.
 async fn send(
     s: &AdminState,
+    lane: &AdminLane,
     scope: &Scope,
     cmd: TimerCommand,
     wait: bool,
@@ -73,10 +78,7 @@ async fn send(
             "this token is limited to another application",
         ));
     }
-    let commands = s
-        .commands
-        .as_ref()
-        .ok_or_else(|| ApiError::unavailable("this admin port has no write path"))?;
+    let commands = lane.commands()?;
     let wait = wait.then_some(s.wait);
     Ok(match commands.send(&cmd, wait).await? {
         Sent::Accepted { request_id } => (
@@ -112,13 +114,9 @@ pub async fn create(
     } else {
         CommandKind::CreateOnce
     };
-    send(
-        &s,
-        &scope,
-        command(body, kind, None)?,
-        q.wait.unwrap_or(true),
-    )
-    .await
+    let cmd = command(body, kind, None)?;
+    let lane = s.lanes.of(Some(&cmd.application));
+    send(&s, lane, &scope, cmd, q.wait.unwrap_or(true)).await
 }
 
 /// `PUT /timers/{id}`: changes a timer's schedule, payload or callback.
@@ -131,18 +129,17 @@ pub async fn update(
 ) -> Result<Response, ApiError> {
     let (Query(q), Json(mut body)) = (q?, body?);
     let scope = s.access.scope(&headers, Need::Write)?;
-    let (_, t) = find(&s, &scope, &id).await?;
+    let asked = q.application.clone().or_else(|| {
+        let app = body.get("application")?.as_str()?;
+        Some(app.to_string())
+    });
+    let (lane, _, t) = find(&s, &scope, &id, asked).await?;
     if let (Some(def), Some(obj)) = (&t.def, body.as_object_mut()) {
         obj.entry("application")
             .or_insert_with(|| def.application.clone().into());
     }
-    send(
-        &s,
-        &scope,
-        command(body, CommandKind::Update, Some(&id))?,
-        q.wait.unwrap_or(true),
-    )
-    .await
+    let cmd = command(body, CommandKind::Update, Some(&id))?;
+    send(&s, lane, &scope, cmd, q.wait.unwrap_or(true)).await
 }
 
 /// The kind of a `pause`, `resume`, `cancel` or `fire-now` route.
@@ -168,10 +165,10 @@ pub async fn act(
     let Query(q) = q?;
     let kind = action(&name)?;
     let scope = s.access.scope(&headers, Need::Write)?;
-    let (_, t) = find(&s, &scope, &id).await?;
+    let (lane, _, t) = find(&s, &scope, &id, q.application).await?;
     let mut cmd = TimerCommand::new(kind, &id, &request_id());
     cmd.application = t.def.map(|d| d.application).unwrap_or_default();
-    send(&s, &scope, cmd, q.wait.unwrap_or(true)).await
+    send(&s, lane, &scope, cmd, q.wait.unwrap_or(true)).await
 }
 
 /// The body of a bulk request.
@@ -219,8 +216,8 @@ pub async fn bulk(
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
-/// Sends a command of `kind` for each timer listed with `f` (at most `most`), without
-/// waiting for results; how many.
+/// Sends a command of `kind` for each timer listed with `f` (at most `most`) in the lane
+/// of `f`'s application, without waiting for results; how many.
 async fn send_each(
     s: &AdminState,
     scope: &Scope,
@@ -228,14 +225,15 @@ async fn send_each(
     kind: CommandKind,
     most: usize,
 ) -> Result<usize, ApiError> {
+    let lane = s.lanes.of(f.application.as_deref());
     let mut sent = 0usize;
     let mut cursor: Option<String> = None;
     loop {
-        let (timers, next) = page(s, cursor.as_deref(), f).await?;
+        let (timers, next) = page(lane, cursor.as_deref(), f).await?;
         for t in timers.into_iter().take(most - sent) {
             let mut cmd = TimerCommand::new(kind, &t.timer_id, &request_id());
             cmd.application = t.application;
-            send(s, scope, cmd, false).await?;
+            send(s, lane, scope, cmd, false).await?;
             sent += 1;
         }
         match next {

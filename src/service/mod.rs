@@ -6,7 +6,7 @@
 mod lane;
 
 use crate::admin::access::Access;
-use crate::admin::commands::Commands;
+use crate::admin::lanes::AdminLanes;
 use crate::admin::{self, AdminState};
 use crate::catalog::{self, Catalog};
 use crate::clock::{Clock, Reference};
@@ -24,7 +24,6 @@ use crate::store::tune::{self, Tuned};
 use crate::store::Store;
 use anyhow::Context;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -109,14 +108,14 @@ pub async fn run(
     }
     let sink = sinks[0].clone();
     if let Some(addr) = args.admin_addr.0 {
+        let counts: Vec<i32> = intakes.iter().map(|i| i.partition_count).collect();
+        let write = Some((k, codec.clone(), token.clone()));
         let state = AdminState {
             metrics: metrics.clone(),
-            store: store.clone(),
+            lanes: AdminLanes::new(lanes.clone(), &store, &counts, write)?,
             status: status.clone(),
-            partitions: AtomicI32::new(intakes[0].partition_count),
             partitioner: k.partitioner,
             access: Access::new(args.admin_tokens.clone(), addr.ip().is_loopback()),
-            commands: Some(Commands::new(k, codec.clone(), token.clone())?),
             wait: Duration::from_millis(args.admin_wait_ms),
         };
         serve_admin(addr, state, &token, &status).await?;

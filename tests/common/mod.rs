@@ -14,6 +14,7 @@
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod bound;
 pub mod checker;
 pub mod child;
 pub mod cluster;
