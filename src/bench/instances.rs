@@ -15,6 +15,9 @@ pub struct InstanceStatus {
     /// Per partition taken without a rebuild, ms from its assignment to its trigger.
     #[serde(default)]
     pub taken_ms: BTreeMap<i32, u64>,
+    /// The partitions it owns per commands topic (every lane's).
+    #[serde(default)]
+    pub lanes: BTreeMap<String, Vec<i32>>,
 }
 
 /// One `ktimer run` child process.
@@ -32,12 +35,14 @@ pub struct Instances {
 
 impl Instances {
     /// Starts `n` instances with `ktimer run`'s flags `argv` (an admin port of their own
-    /// each), and waits until together they own `partitions`, at most 120 s.
+    /// each), and waits until together they own `partitions` of each commands topic of
+    /// `topics`, at most 120 s.
     pub async fn start(
         &mut self,
         argv: &[String],
         n: usize,
         partitions: i32,
+        topics: &[String],
     ) -> anyhow::Result<()> {
         let exe = std::env::current_exe().context("the ktimer executable")?;
         for _ in 0..n {
@@ -54,14 +59,17 @@ impl Instances {
                 .context("starting ktimer run")?;
             self.running.push(Instance { child, admin });
         }
-        let want: BTreeSet<i32> = (0..partitions).collect();
+        let want: BTreeSet<(&str, i32)> = topics
+            .iter()
+            .flat_map(|t| (0..partitions).map(move |p| (t.as_str(), p)))
+            .collect();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         loop {
-            let owned: BTreeSet<i32> = self
-                .statuses()
-                .await
+            let statuses = self.statuses().await;
+            let owned: BTreeSet<(&str, i32)> = statuses
                 .iter()
-                .flat_map(|s| s.owned.clone())
+                .flat_map(|s| &s.lanes)
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (t.as_str(), *p)))
                 .collect();
             if owned == want {
                 return Ok(());

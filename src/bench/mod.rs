@@ -159,6 +159,7 @@ async fn phases(
             "window_ms": args.window_ms,
             "rate": args.rate,
             "via": args.via,
+            "bound": args.bound,
             "payload_bytes": args.payload_bytes,
             "pending": args.pending,
             "instance_args": args.instance_args,

@@ -252,6 +252,8 @@ impl Report {
         let delayed = self.settings["via"] == "delay-topic";
         let via = if delayed {
             " (timers sent as delayed records)"
+        } else if self.settings["bound"] == true {
+            " (an application bound to topics of its own)"
         } else {
             ""
         };

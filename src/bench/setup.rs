@@ -23,8 +23,13 @@ struct RunCli {
 pub struct Env {
     /// Run id: every topic, key and timer id of the run carries it.
     pub run: String,
-    /// Broker and the topics the instances use (fresh ones unless `--instances 0`).
+    /// Broker and the topics the bench drives (fresh ones unless `--instances 0`; with
+    /// `--bound`, the bound application's).
     pub kafka: KafkaArgs,
+    /// The started instances' shared topics (the same as `kafka` unless `--bound`).
+    instance_kafka: KafkaArgs,
+    /// With `--bound`, the applications file binding `bench` to its topics.
+    applications: Option<std::path::PathBuf>,
     /// How the load is sent (`--via`).
     pub via: crate::config::Via,
     /// The fresh callback topic of the bench's timers.
@@ -111,10 +116,38 @@ impl Env {
             names.len(),
             args.partitions
         );
+        let (drive, applications) = match args.bound {
+            true => {
+                anyhow::ensure!(
+                    own,
+                    "--bound needs instances the bench starts (--instances 1 or more)"
+                );
+                anyhow::ensure!(
+                    args.via == crate::config::Via::Commands,
+                    "--bound drives the bound application's commands topic: not with --via delay-topic"
+                );
+                let (drive, file, topics) = bind(&kafka, &base)?;
+                let specs = topics.iter().map(|n| TopicSpec {
+                    role: "bench".into(),
+                    name: n.clone(),
+                    partitions: args.partitions,
+                    replication_factor: 1,
+                    configs: Default::default(),
+                });
+                topics::apply(&crate::kafka::client(&kafka), &specs.collect::<Vec<_>>())
+                    .await
+                    .context("creating the bound application's topics")?;
+                names.extend(topics);
+                (drive, Some(file))
+            }
+            false => (kafka.clone(), None),
+        };
         let nodes = Nodes::connect(&args.redis_url).await?;
         let mut env = Env {
             run: run.to_string(),
-            kafka,
+            kafka: drive,
+            instance_kafka: kafka,
+            applications,
             via: args.via,
             callback,
             pipe_in,
@@ -135,7 +168,7 @@ impl Env {
     }
 
     async fn start(&mut self, args: &BenchArgs, base: &str) -> anyhow::Result<()> {
-        let k = &self.kafka;
+        let k = &self.instance_kafka;
         let mut argv: Vec<String> = [
             "--brokers",
             &k.brokers,
@@ -167,6 +200,9 @@ impl Env {
         for (key, v) in &k.kafka_options {
             argv.extend(["--kafka-option".into(), format!("{key}={v}")]);
         }
+        if let Some(file) = &self.applications {
+            argv.extend(["--applications".into(), file.to_string_lossy().into_owned()]);
+        }
         argv.extend(args.instance_args.iter().cloned());
         // The flags are checked here, where a mistake is reported once and clearly.
         let mut check = vec!["ktimer-run".to_string()];
@@ -176,8 +212,12 @@ impl Env {
             "bench {}: starting {} ktimer instance(s); waiting until they own the {} partitions",
             self.run, args.instances, args.partitions
         );
+        let mut lanes = vec![k.commands_topic.clone()];
+        if self.applications.is_some() {
+            lanes.push(self.kafka.commands_topic.clone());
+        }
         self.instances
-            .start(&argv, args.instances, args.partitions)
+            .start(&argv, args.instances, args.partitions, &lanes)
             .await
     }
 
@@ -249,6 +289,9 @@ impl Env {
             );
             return;
         }
+        if let Some(file) = &self.applications {
+            let _ = std::fs::remove_file(file);
+        }
         if let Err(e) = delete_topics(&self.kafka, &self.created).await {
             eprintln!("bench: deleting the topics failed: {e:#}");
         }
@@ -259,6 +302,34 @@ impl Env {
             }
         }
     }
+}
+
+/// `kafka` with the topics of application `bench` bound to topics of its own (under
+/// `base`), the applications file that binds them, and those topics.
+fn bind(
+    kafka: &KafkaArgs,
+    base: &str,
+) -> anyhow::Result<(KafkaArgs, std::path::PathBuf, Vec<String>)> {
+    let mut k = kafka.clone();
+    k.commands_topic = format!("{base}.bound.commands");
+    k.results_topic = format!("{base}.bound.results");
+    k.fired_topic = format!("{base}.bound.fired");
+    k.state_topic = format!("{base}.bound.state");
+    k.dead_letter_topic = format!("{base}.bound.dead-letter");
+    let text = format!(
+        "[applications.bench.topics]\ncommands = {:?}\nresults = {:?}\nfired = {:?}\nstate = {:?}\ndead_letter = {:?}\n",
+        k.commands_topic, k.results_topic, k.fired_topic, k.state_topic, k.dead_letter_topic
+    );
+    let file = std::env::temp_dir().join(format!("{base}.applications.toml"));
+    std::fs::write(&file, text).context("writing the bench's applications file")?;
+    let topics = vec![
+        k.commands_topic.clone(),
+        k.results_topic.clone(),
+        k.fired_topic.clone(),
+        k.state_topic.clone(),
+        k.dead_letter_topic.clone(),
+    ];
+    Ok((k, file, topics))
 }
 
 async fn delete_topics(kafka: &KafkaArgs, names: &[String]) -> anyhow::Result<()> {

@@ -51,6 +51,11 @@ pub struct BenchArgs {
     /// headers on the delay topic (delivered themselves).
     #[arg(long, value_enum, env = "KTIMER_BENCH_VIA", default_value_t)]
     pub via: super::Via,
+    /// Drive an application bound to topics of its own (the instances' applications file
+    /// binds `bench` to fresh commands, results, fired and state topics; the shared ones
+    /// stay idle): what a bound application costs. Needs started instances.
+    #[arg(long, env = "KTIMER_BENCH_BOUND")]
+    pub bound: bool,
     /// First due time, ms after the fire test starts producing; default: the time to
     /// produce and apply every command at `--rate` or at the intake rate measured with
     /// the pending timers (10,000/s without), whichever is lower, plus 3 s.
