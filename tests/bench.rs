@@ -199,3 +199,29 @@ async fn a_burst_against_running_instances_fires_every_timer_once() {
     let cancelled = ktimer::timer::TimerState::Cancelled.as_str();
     assert_eq!(states.get(cancelled), Some(&500), "{states:?}");
 }
+
+/// `--bound`: the started instances bind `bench` to topics of its own, and the run goes
+/// through them: every timer accepted and fired once, and the report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_application_run_fires_every_timer_once() {
+    let (r, _) = bench(
+        "bench-bound",
+        &[
+            "--bound",
+            "--timers",
+            "2000",
+            "--pending",
+            "500",
+            "--no-baseline",
+            "--partitions",
+            "2",
+        ],
+    );
+    assert_eq!(r["settings"]["bound"], true, "{r}");
+    assert_eq!(n(&r, "/pending/accepted"), 500.0, "{r}");
+    assert_eq!(n(&r, "/fire/accepted"), 2000.0, "{r}");
+    assert_eq!(n(&r, "/fire/fired"), 2000.0, "{r}");
+    assert_eq!(n(&r, "/fire/missing"), 0.0);
+    assert_eq!(n(&r, "/fire/early"), 0.0);
+    assert_eq!(n(&r, "/fire/duplicates"), 0.0);
+}
