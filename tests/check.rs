@@ -178,3 +178,71 @@ async fn check_passes_a_sound_deployment_and_names_what_is_broken() {
         "{text}"
     );
 }
+
+/// With the applications file, each bound application's topics are checked beside the
+/// shared ones: all sound after `ktimer topics apply --applications`; an application
+/// bound to topics nobody created fails, its commands topic named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_covers_every_bound_applications_topics() {
+    let w = World::start("check-bound", false);
+    let env = TestEnv::named(&w.servers(), &common::unique("checkb"), 4, &[], false).await;
+    let k = &env.args.kafka;
+    let bind = |apps: &[&str]| {
+        let text: String = apps
+            .iter()
+            .map(|a| {
+                let t = format!("{}.{a}", k.commands_topic);
+                format!(
+                    "[applications.{a}.topics]\ncommands = \"{t}\"\nresults = \"{t}.results\"\n"
+                )
+            })
+            .collect();
+        let file = std::env::temp_dir().join(format!("{}-{}.toml", k.commands_topic, apps.len()));
+        std::fs::write(&file, text).unwrap();
+        file.to_string_lossy().into_owned()
+    };
+    let (orders, both) = (bind(&["orders"]), bind(&["orders", "ghost"]));
+    let applied = Command::new(env!("CARGO_BIN_EXE_ktimer"))
+        .args(["topics", "apply", "--brokers", &w.servers().brokers])
+        .args(["--applications", &orders])
+        .args([
+            "--commands-topic",
+            &k.commands_topic,
+            "--results-topic",
+            &k.results_topic,
+        ])
+        .args([
+            "--fired-topic",
+            &k.fired_topic,
+            "--dead-letter-topic",
+            &k.dead_letter_topic,
+        ])
+        .args([
+            "--state-topic",
+            &k.state_topic,
+            "--delay-topic",
+            &k.delay_topic,
+        ])
+        .output()
+        .expect("ktimer topics apply runs");
+    assert!(applied.status.success(), "{applied:?}");
+    let (code, text) = check_with(&env, &w, &["--applications", &orders]);
+    assert_eq!(code, 0, "{text}");
+    let state = format!(
+        "topic {}.orders.state (state): 8 partitions, compacted",
+        k.commands_topic
+    );
+    assert!(
+        text.contains(&state),
+        "the bound state topic is judged: {text}"
+    );
+    let (code, text) = check_with(&env, &w, &["--applications", &both]);
+    assert_eq!(code, 1, "{text}");
+    let ghost = format!("topic {}.ghost (commands)", k.commands_topic);
+    assert!(
+        lines(&text, "fail")
+            .iter()
+            .any(|l| l.contains(&ghost) && l.contains("missing")),
+        "{text}"
+    );
+}

@@ -2,6 +2,7 @@
 
 use super::{Finding, Level};
 use crate::config::KafkaArgs;
+use crate::lanes::Lanes;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -26,8 +27,9 @@ pub struct TopicFact {
     pub retention_ms: Option<i64>,
 }
 
-/// Asks the broker about ktimer's topics.
-pub(super) async fn check(k: &KafkaArgs, timeout: Duration) -> Vec<Finding> {
+/// Asks the broker about ktimer's topics: the shared ones and each bound application's
+/// (`lanes`), each lane's state topic judged against its own commands topic.
+pub(super) async fn check(k: &KafkaArgs, lanes: &Lanes, timeout: Duration) -> Vec<Finding> {
     let consumer: BaseConsumer = match crate::kafka::client(k).create() {
         Ok(c) => c,
         Err(e) => return vec![Finding::new(Level::Fail, "broker", format!("client: {e}"))],
@@ -58,22 +60,30 @@ pub(super) async fn check(k: &KafkaArgs, timeout: Duration) -> Vec<Finding> {
         "broker",
         format!("{brokers} broker(s) answered at {}", k.brokers),
     )];
-    let mut facts = Vec::new();
-    for (role, name) in k.roles() {
-        let mut f = TopicFact {
-            role,
-            name: name.to_string(),
-            partitions: topics.get(name).copied(),
-            ..TopicFact::default()
-        };
-        if f.partitions.is_some() && matches!(role, "commands" | "state") {
-            let configs = describe(k, name, timeout).await;
-            f.cleanup = configs.get("cleanup.policy").cloned();
-            f.retention_ms = configs.get("retention.ms").and_then(|v| v.parse().ok());
+    let shared: Vec<(&'static str, String)> = k
+        .roles()
+        .into_iter()
+        .map(|(r, t)| (r, t.to_string()))
+        .collect();
+    let bound = lanes.all().iter().skip(1).map(|l| l.roles().to_vec());
+    for group in std::iter::once(shared).chain(bound) {
+        let mut facts = Vec::new();
+        for (role, name) in group {
+            let mut f = TopicFact {
+                role,
+                partitions: topics.get(&name).copied(),
+                name,
+                ..TopicFact::default()
+            };
+            if f.partitions.is_some() && matches!(role, "commands" | "state") {
+                let configs = describe(k, &f.name, timeout).await;
+                f.cleanup = configs.get("cleanup.policy").cloned();
+                f.retention_ms = configs.get("retention.ms").and_then(|v| v.parse().ok());
+            }
+            facts.push(f);
         }
-        facts.push(f);
+        out.extend(judge(&facts));
     }
-    out.extend(judge(&facts));
     out
 }
 

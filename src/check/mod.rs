@@ -58,7 +58,11 @@ impl Finding {
 /// Runs every check, printing a line each and a summary; `true` when none failed.
 pub async fn run(args: CheckArgs) -> bool {
     let timeout = std::time::Duration::from_secs(args.timeout_s.max(1));
-    let mut all = kafka::check(&args.kafka, timeout).await;
+    let apps = args.applications.clone().unwrap_or_default().current();
+    let mut all = match crate::lanes::Lanes::new(&args.kafka, &apps) {
+        Ok(lanes) => kafka::check(&args.kafka, &lanes, timeout).await,
+        Err(why) => vec![Finding::new(Level::Fail, "applications", why)],
+    };
     all.extend(redis::check(&args.redis_url, timeout).await);
     if let Some(url) = &args.kafka.schema_registry_url {
         let k = &args.kafka;

@@ -16,6 +16,10 @@ pub struct CheckArgs {
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis_url: String,
+    /// The applications file (as for `ktimer run`): each bound application's topics are
+    /// checked too.
+    #[arg(long, env = "KTIMER_APPLICATIONS", value_parser = crate::apps::Apps::load)]
+    pub applications: Option<crate::apps::Apps>,
     /// How long each dependency may take to answer, in seconds.
     #[arg(long, env = "KTIMER_CHECK_TIMEOUT_S", default_value_t = 10)]
     pub timeout_s: u64,
