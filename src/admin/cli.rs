@@ -12,25 +12,28 @@ pub async fn run(args: TimersArgs) -> anyhow::Result<()> {
         token: args.token,
         http: reqwest::Client::new(),
     };
+    let app = args.application.as_deref();
     match args.action {
-        TimersAction::Get { id } => print(&api.call(reqwest::Method::GET, &timer(&id, "")).await?),
+        TimersAction::Get { id } => print(
+            &api.call(reqwest::Method::GET, &timer(&id, "", app))
+                .await?,
+        ),
         TimersAction::History { id } => print(
-            &api.call(reqwest::Method::GET, &timer(&id, "/history"))
+            &api.call(reqwest::Method::GET, &timer(&id, "/history", app))
                 .await?,
         ),
         TimersAction::Apps => print(&api.call(reqwest::Method::GET, "/applications").await?),
-        TimersAction::Pause { id } => act(&api, &id, "pause").await?,
-        TimersAction::Resume { id } => act(&api, &id, "resume").await?,
-        TimersAction::Cancel { id } => act(&api, &id, "cancel").await?,
-        TimersAction::FireNow { id } => act(&api, &id, "fire-now").await?,
+        TimersAction::Pause { id } => act(&api, &id, "pause", app).await?,
+        TimersAction::Resume { id } => act(&api, &id, "resume", app).await?,
+        TimersAction::Cancel { id } => act(&api, &id, "cancel", app).await?,
+        TimersAction::FireNow { id } => act(&api, &id, "fire-now", app).await?,
         TimersAction::List {
-            application,
             state,
             prefix,
             limit,
         } => {
             let mut query = vec![("prefix", prefix)];
-            query.extend(application.map(|a| ("application", a)));
+            query.extend(args.application.map(|a| ("application", a)));
             query.extend(state.map(|s| ("state", s)));
             list(&api, query, limit).await?
         }
@@ -68,18 +71,23 @@ impl Api {
     }
 }
 
-/// `/timers/ID` (the id percent-encoded) and `rest`.
-fn timer(id: &str, rest: &str) -> String {
+/// `/timers/ID` (the id percent-encoded) and `rest`, with `?application=APP` when given.
+fn timer(id: &str, rest: &str, app: Option<&str>) -> String {
     let mut url = reqwest::Url::parse("http://x/timers/").expect("static url");
     url.path_segments_mut()
         .expect("base")
         .pop_if_empty()
         .push(id);
-    format!("{}{rest}", url.path())
+    let mut path = format!("{}{rest}", url.path());
+    if let Some(app) = app {
+        url.query_pairs_mut().append_pair("application", app);
+        path = format!("{path}?{}", url.query().unwrap_or_default());
+    }
+    path
 }
 
-async fn act(api: &Api, id: &str, action: &str) -> anyhow::Result<()> {
-    let path = format!("{}/{action}", timer(id, ""));
+async fn act(api: &Api, id: &str, action: &str, app: Option<&str>) -> anyhow::Result<()> {
+    let path = timer(id, &format!("/{action}"), app);
     print(&api.call(reqwest::Method::POST, &path).await?);
     Ok(())
 }

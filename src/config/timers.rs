@@ -16,6 +16,10 @@ pub struct TimersArgs {
     /// Admin API token (`Authorization: Bearer`), when the instance has tokens.
     #[arg(long, env = "KTIMER_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// The application whose timers to reach: a bound application's are in its own lane
+    /// (an application's token implies its own); `list` shows only its timers.
+    #[arg(long, env = "KTIMER_APPLICATION", global = true)]
+    pub application: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub action: TimersAction,
@@ -31,9 +35,6 @@ pub enum TimersAction {
     },
     /// List timers, one line each (id, state, due, application), following the cursor.
     List {
-        /// Only this application's.
-        #[arg(long)]
-        application: Option<String>,
         /// Only timers in this state (SCHEDULED, PAUSED, FIRED, CANCELLED, COMPLETED,
         /// DEAD_LETTERED).
         #[arg(long)]
