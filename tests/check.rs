@@ -33,6 +33,23 @@ fn check_with(env: &TestEnv, w: &World, extra: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
+/// `ktimer topics apply` for `env`'s topics on the world's broker, with more flags.
+fn apply_topics(w: &World, env: &TestEnv, extra: &[&str]) {
+    let k = &env.args.kafka;
+    let applied = Command::new(env!("CARGO_BIN_EXE_ktimer"))
+        .args(["topics", "apply", "--brokers", &w.servers().brokers])
+        .args(extra)
+        .args(["--commands-topic", &k.commands_topic])
+        .args(["--results-topic", &k.results_topic])
+        .args(["--fired-topic", &k.fired_topic])
+        .args(["--dead-letter-topic", &k.dead_letter_topic])
+        .args(["--state-topic", &k.state_topic])
+        .args(["--delay-topic", &k.delay_topic])
+        .output()
+        .expect("ktimer topics apply runs");
+    assert!(applied.status.success(), "{applied:?}");
+}
+
 fn spec(name: &str, configs: &[(&str, &str)]) -> ktimer::topics::TopicSpec {
     ktimer::topics::TopicSpec {
         role: "test".into(),
@@ -60,25 +77,7 @@ async fn check_passes_a_sound_deployment_and_names_what_is_broken() {
     let w = World::start("check", false);
     let good = TestEnv::named(&w.servers(), &common::unique("check"), 4, &[], false).await;
     let k = &good.args.kafka;
-    let applied = Command::new(env!("CARGO_BIN_EXE_ktimer"))
-        .args(["topics", "apply", "--brokers", &w.servers().brokers])
-        .args([
-            "--commands-topic",
-            &k.commands_topic,
-            "--results-topic",
-            &k.results_topic,
-        ])
-        .args([
-            "--fired-topic",
-            &k.fired_topic,
-            "--dead-letter-topic",
-            &k.dead_letter_topic,
-        ])
-        .args(["--state-topic", &k.state_topic])
-        .args(["--delay-topic", &k.delay_topic])
-        .output()
-        .expect("ktimer topics apply runs");
-    assert!(applied.status.success(), "{applied:?}");
+    apply_topics(&w, &good, &[]);
     let (code, text) = check(&good, &w);
     assert_eq!(code, 0, "{text}");
     assert!(lines(&text, "fail").is_empty(), "{text}");
@@ -202,30 +201,7 @@ async fn check_covers_every_bound_applications_topics() {
         file.to_string_lossy().into_owned()
     };
     let (orders, both) = (bind(&["orders"]), bind(&["orders", "ghost"]));
-    let applied = Command::new(env!("CARGO_BIN_EXE_ktimer"))
-        .args(["topics", "apply", "--brokers", &w.servers().brokers])
-        .args(["--applications", &orders])
-        .args([
-            "--commands-topic",
-            &k.commands_topic,
-            "--results-topic",
-            &k.results_topic,
-        ])
-        .args([
-            "--fired-topic",
-            &k.fired_topic,
-            "--dead-letter-topic",
-            &k.dead_letter_topic,
-        ])
-        .args([
-            "--state-topic",
-            &k.state_topic,
-            "--delay-topic",
-            &k.delay_topic,
-        ])
-        .output()
-        .expect("ktimer topics apply runs");
-    assert!(applied.status.success(), "{applied:?}");
+    apply_topics(&w, &env, &["--applications", &orders]);
     let (code, text) = check_with(&env, &w, &["--applications", &orders]);
     assert_eq!(code, 0, "{text}");
     let state = format!(

@@ -107,15 +107,7 @@ async fn redis_emptied_restores_every_timer_in_its_current_state() {
     let paused_at = now_ms();
 
     sleep_until(flush).await;
-    let mut redis = redis::Client::open(w.redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let _: () = redis::cmd("FLUSHALL")
-        .query_async(&mut redis)
-        .await
-        .unwrap();
+    w.redis.flushall().await;
     let flushed = now_ms();
     // Every `later` timer (due up to flush + 6 s) and the updated ones (flush + 8 s).
     let mut fires = Vec::new();

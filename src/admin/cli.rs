@@ -14,10 +14,9 @@ pub async fn run(args: TimersArgs) -> anyhow::Result<()> {
     };
     let app = args.application.as_deref();
     match args.action {
-        TimersAction::Get { id } => print(
-            &api.call(reqwest::Method::GET, &timer(&id, "", app))
-                .await?,
-        ),
+        TimersAction::Get { id } => {
+            print(&api.call(reqwest::Method::GET, &timer(&id, "", app)).await?)
+        }
         TimersAction::History { id } => print(
             &api.call(reqwest::Method::GET, &timer(&id, "/history", app))
                 .await?,
