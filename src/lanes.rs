@@ -18,7 +18,6 @@
 use crate::apps::Applications;
 use crate::config::KafkaArgs;
 use crate::sink::SinkTopics;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The topics of one lane.
@@ -85,8 +84,6 @@ impl Lane {
 #[derive(Debug, Clone)]
 pub struct Lanes {
     all: Vec<Arc<Lane>>,
-    /// The commands topic of each bound application.
-    bound: HashMap<String, String>,
 }
 
 impl Lanes {
@@ -112,16 +109,7 @@ impl Lanes {
                 dead_letter: b.dead_letter(),
             }));
         }
-        let bound = all
-            .iter()
-            .filter_map(|l| Some((l.application.clone()?, l.commands.clone())))
-            .collect();
-        Ok(Lanes { all, bound })
-    }
-
-    /// Only the shared lane (no applications file).
-    pub fn only_shared(k: &KafkaArgs) -> Lanes {
-        Lanes::new(k, &Applications::default()).expect("no bindings")
+        Ok(Lanes { all })
     }
 
     /// Every lane, the shared one first.
@@ -134,9 +122,16 @@ impl Lanes {
         &self.all[0]
     }
 
+    /// The lane `app` is bound to, if it is bound.
+    fn bound_lane(&self, app: &str) -> Option<&Arc<Lane>> {
+        self.all
+            .iter()
+            .find(|l| l.application.as_deref() == Some(app))
+    }
+
     /// The commands topic `app` is bound to, if it is bound.
     pub fn bound(&self, app: &str) -> Option<&str> {
-        self.bound.get(app).map(String::as_str)
+        self.bound_lane(app).map(|l| l.commands.as_str())
     }
 
     /// The lane whose commands topic is `topic`.
@@ -146,9 +141,7 @@ impl Lanes {
 
     /// The lane of `app`: its own when bound, else the shared one.
     pub fn of(&self, app: &str) -> &Arc<Lane> {
-        self.bound(app)
-            .and_then(|t| self.by_commands(t))
-            .unwrap_or(self.shared())
+        self.bound_lane(app).unwrap_or(self.shared())
     }
 
     /// The bound lanes' topics by role (for `ktimer topics apply` and `ktimer check`).

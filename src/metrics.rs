@@ -346,7 +346,6 @@ impl Metrics {
     /// Drops the per-partition series of `partition` of `topic` (no longer owned).
     pub fn forget_partition(&self, topic: &str, partition: i32) {
         let p = slot(topic, partition);
-        let p = [p[0].as_str(), p[1].as_str()];
         let _ = self.pending.remove_label_values(&p);
         let _ = self.overdue.remove_label_values(&p);
         let _ = self.overdue_age.remove_label_values(&p);

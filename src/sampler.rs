@@ -109,7 +109,6 @@ async fn watch_eviction(
 
 async fn sample(store: &Store, m: &Metrics, partition: i32) {
     let label = crate::metrics::slot(store.topic(), partition);
-    let label = [label[0].as_str(), label[1].as_str()];
     let now = Clock::System.now_ms();
     match store.live_timers(partition).await {
         Ok(live) => m.pending.with_label_values(&label).set(live.values().sum()),

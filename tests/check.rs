@@ -14,17 +14,11 @@ fn check(env: &TestEnv, w: &World) -> (i32, String) {
 
 /// Like [`check`], with more flags.
 fn check_with(env: &TestEnv, w: &World, extra: &[&str]) -> (i32, String) {
-    let k = &env.args.kafka;
     let out = Command::new(env!("CARGO_BIN_EXE_ktimer"))
         .args(["check", "--brokers", &w.servers().brokers])
         .args(extra)
         .args(["--redis-url", &w.redis.url(), "--timeout-s", "10"])
-        .args(["--commands-topic", &k.commands_topic])
-        .args(["--results-topic", &k.results_topic])
-        .args(["--fired-topic", &k.fired_topic])
-        .args(["--dead-letter-topic", &k.dead_letter_topic])
-        .args(["--state-topic", &k.state_topic])
-        .args(["--delay-topic", &k.delay_topic])
+        .args(env.topic_flags())
         .env("KTIMER_LOG", "error")
         .output()
         .expect("ktimer check runs");
@@ -35,16 +29,10 @@ fn check_with(env: &TestEnv, w: &World, extra: &[&str]) -> (i32, String) {
 
 /// `ktimer topics apply` for `env`'s topics on the world's broker, with more flags.
 fn apply_topics(w: &World, env: &TestEnv, extra: &[&str]) {
-    let k = &env.args.kafka;
     let applied = Command::new(env!("CARGO_BIN_EXE_ktimer"))
         .args(["topics", "apply", "--brokers", &w.servers().brokers])
         .args(extra)
-        .args(["--commands-topic", &k.commands_topic])
-        .args(["--results-topic", &k.results_topic])
-        .args(["--fired-topic", &k.fired_topic])
-        .args(["--dead-letter-topic", &k.dead_letter_topic])
-        .args(["--state-topic", &k.state_topic])
-        .args(["--delay-topic", &k.delay_topic])
+        .args(env.topic_flags())
         .output()
         .expect("ktimer topics apply runs");
     assert!(applied.status.success(), "{applied:?}");

@@ -36,14 +36,13 @@ impl AdminLane {
 /// Every lane, the shared one first.
 pub struct AdminLanes {
     all: Vec<AdminLane>,
-    lanes: Arc<Lanes>,
 }
 
 impl AdminLanes {
     /// The lanes of `lanes` with their partition counts (in the same order) and, when
     /// `write`, a write path each (its commands and results topics).
     pub fn new(
-        lanes: Arc<Lanes>,
+        lanes: &Lanes,
         store: &Store,
         partitions: &[i32],
         write: Option<(&KafkaArgs, Arc<Codec>, CancellationToken)>,
@@ -66,16 +65,13 @@ impl AdminLanes {
                 commands,
             });
         }
-        Ok(AdminLanes { all, lanes })
+        Ok(AdminLanes { all })
     }
 
     /// The lane of `app`: its own when bound, else (or with none named) the shared one.
     pub fn of(&self, app: Option<&str>) -> &AdminLane {
-        let commands = &self.lanes.of(app.unwrap_or_default()).commands;
-        self.all
-            .iter()
-            .find(|l| l.lane.commands == *commands)
-            .unwrap_or(&self.all[0])
+        let bound = |l: &&AdminLane| app.is_some() && l.lane.application.as_deref() == app;
+        self.all.iter().find(bound).unwrap_or(self.shared())
     }
 
     /// The shared lane.

@@ -42,13 +42,16 @@ pub async fn find<'a>(
 ) -> Result<(&'a AdminLane, i32, TimerView), ApiError> {
     let app = scope.application(asked)?;
     let own = s.lanes.of(app.as_deref());
-    for lane in [own, s.lanes.shared()] {
+    let mut lanes = vec![own];
+    if own.lane.application.is_some() {
+        lanes.push(s.lanes.shared());
+    }
+    for lane in lanes {
         let p = s.partitioner.partition(id.as_bytes(), lane.partitions);
         match lane.store.timer(p, id).await? {
             Some(t) if scope.allows(t.def.as_ref().map_or("", |d| d.application.as_str())) => {
                 return Ok((lane, p, t))
             }
-            _ if lane.lane.application.is_none() => break,
             _ => {}
         }
     }

@@ -58,8 +58,8 @@ impl ClientContext for IntakeContext {
             if *p < 0 {
                 continue;
             }
-            let l = crate::metrics::slot(&self.topic, *p);
-            let lag = self.metrics.consumer_lag.with_label_values(&[&l[0], &l[1]]);
+            let lag = (self.metrics.consumer_lag)
+                .with_label_values(&crate::metrics::slot(&self.topic, *p));
             if s.consumer_lag >= 0 {
                 lag.set(s.consumer_lag);
             }
@@ -106,10 +106,7 @@ impl ConsumerContext for IntakeContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 for p in &parts {
                     let l = crate::metrics::slot(&self.topic, *p);
-                    let _ = self
-                        .metrics
-                        .consumer_lag
-                        .remove_label_values(&[&l[0], &l[1]]);
+                    let _ = self.metrics.consumer_lag.remove_label_values(&l);
                 }
                 let res = if cooperative {
                     consumer.incremental_unassign(tpl)

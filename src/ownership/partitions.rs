@@ -349,11 +349,7 @@ impl Partitions {
         for (p, o) in &self.owned {
             let alive = o.tasks.as_ref().is_some_and(|t| !t.trigger.is_finished());
             let l = crate::metrics::slot(&self.topic, *p);
-            let g = self
-                .tasks
-                .metrics
-                .trigger_alive
-                .with_label_values(&[&l[0], &l[1]]);
+            let g = self.tasks.metrics.trigger_alive.with_label_values(&l);
             g.set(alive as i64);
         }
     }

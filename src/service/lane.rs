@@ -168,7 +168,7 @@ async fn consumer(
 /// The partition count of `topic`, retrying (with a log line every few seconds) while the
 /// broker cannot be reached: an instance may start before its broker (compose,
 /// Kubernetes). `None` on shutdown.
-pub(super) async fn partition_count(
+async fn partition_count(
     consumer: &Arc<StreamConsumer<IntakeContext>>,
     topic: &str,
     token: &CancellationToken,

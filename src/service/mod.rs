@@ -112,7 +112,7 @@ pub async fn run(
         let write = Some((k, codec.clone(), token.clone()));
         let state = AdminState {
             metrics: metrics.clone(),
-            lanes: AdminLanes::new(lanes.clone(), &store, &counts, write)?,
+            lanes: AdminLanes::new(&lanes, &store, &counts, write)?,
             status: status.clone(),
             partitioner: k.partitioner,
             access: Access::new(args.admin_tokens.clone(), addr.ip().is_loopback()),

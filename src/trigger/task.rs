@@ -45,7 +45,6 @@ pub(super) struct Handles {
 impl Handles {
     fn new(m: &Metrics, topic: &str, partition: i32) -> Handles {
         let l = crate::metrics::slot(topic, partition);
-        let l = [l[0].as_str(), l[1].as_str()];
         Handles {
             in_flight: m.in_flight.with_label_values(&l),
             parked: m.parked.with_label_values(&l),

@@ -80,25 +80,8 @@ async fn bound_env_full(
             "--applications",
             &file,
         ])
-        .args([
-            "--brokers",
-            &k.brokers,
-            "--commands-topic",
-            &k.commands_topic,
-        ])
-        .args([
-            "--results-topic",
-            &k.results_topic,
-            "--fired-topic",
-            &k.fired_topic,
-        ])
-        .args([
-            "--dead-letter-topic",
-            &k.dead_letter_topic,
-            "--state-topic",
-            &k.state_topic,
-        ])
-        .args(["--delay-topic", &k.delay_topic])
+        .args(["--brokers", &k.brokers])
+        .args(env.topic_flags())
         .output()
         .expect("ktimer topics apply");
     let said = String::from_utf8_lossy(&out.stdout);

@@ -172,6 +172,23 @@ impl TestEnv {
         }
     }
 
+    /// The flags naming this environment's topics (`--commands-topic NAME ...`), as
+    /// `ktimer run`, `topics apply` and `check` take them.
+    pub fn topic_flags(&self) -> Vec<String> {
+        let k = &self.args.kafka;
+        [
+            ("--commands-topic", &k.commands_topic),
+            ("--results-topic", &k.results_topic),
+            ("--fired-topic", &k.fired_topic),
+            ("--dead-letter-topic", &k.dead_letter_topic),
+            ("--state-topic", &k.state_topic),
+            ("--delay-topic", &k.delay_topic),
+        ]
+        .iter()
+        .flat_map(|(flag, name)| [flag.to_string(), name.to_string()])
+        .collect()
+    }
+
     /// A consumer of the fired and results topics from their beginning, feeding channels.
     pub fn collect(&self) -> Collected {
         let k = &self.args.kafka;
