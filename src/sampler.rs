@@ -1,9 +1,7 @@
 //! Samples what Redis holds about the owned partitions for the metrics, every few
 //! seconds: live timers, and overdue fires (due, not yet claimed: a trigger that stopped
 //! or fell behind); whether Redis may evict ktimer's keys or evicted keys
-//! ([`crate::store::guard`]); and, with `--redis-tune`, that `hash-max-listpack-value` is
-//! still raised (CONFIG SET does not outlive a Redis restart). One task per instance, off
-//! the fire path.
+//! ([`crate::store::guard`]). One task per instance, off the fire path.
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
@@ -17,15 +15,8 @@ use std::time::Duration;
 /// How often the partitions are sampled.
 const EVERY: Duration = Duration::from_secs(5);
 
-/// Starts the sampler; it stops with `token`. With `retune`, it raises
-/// `hash-max-listpack-value` again wherever it was lowered (a Redis restarted).
-pub fn spawn(
-    store: Store,
-    metrics: Arc<Metrics>,
-    status: &StatusTx,
-    retune: bool,
-    token: CancellationToken,
-) {
+/// Starts the sampler; it stops with `token`.
+pub fn spawn(store: Store, metrics: Arc<Metrics>, status: &StatusTx, token: CancellationToken) {
     let publish = status.clone();
     let status = status.subscribe();
     tokio::spawn(async move {
@@ -36,9 +27,6 @@ pub fn spawn(
                 _ = tokio::time::sleep(EVERY) => {}
             }
             watch_eviction(&store, &metrics, &publish, &mut evicted).await;
-            if retune {
-                retune_encoding(&store).await;
-            }
             let lanes = status.borrow().lanes.clone();
             for (topic, owned) in lanes {
                 let store = store.for_topic(&topic);
@@ -48,20 +36,6 @@ pub fn spawn(
             }
         }
     });
-}
-
-/// Raises `hash-max-listpack-value` again if a primary lost it (restarted without it in
-/// its configuration file): without it pending timers take about twice the memory.
-async fn retune_encoding(store: &Store) {
-    match store.tune_encoding().await {
-        Ok(crate::store::tune::Tuned::Raised(from)) => tracing::warn!(
-            from,
-            to = crate::store::tune::HASH_VALUE_BYTES,
-            "Redis had lost hash-max-listpack-value (restarted?): raised again; put it in redis.conf"
-        ),
-        Ok(_) => {}
-        Err(e) => tracing::debug!(error = %e, "hash-max-listpack-value not checked"),
-    }
 }
 
 /// Reads every primary's eviction policy and counter (`evicted`: the counter last seen

@@ -195,7 +195,8 @@ async fn the_history_keeps_the_last_entries_and_drops_old_ones() {
 async fn counts_and_listing_follow_applications_states_and_prefixes() {
     let mut w = World::new("listing").await;
     let far = T0 + 600_000;
-    // Enough timers for the record buckets to split while they are created.
+    // Enough timers for the bucket to outgrow the compact encoding, and for the
+    // listing to take several pages.
     for i in 0..400 {
         w.apply(once("app", &format!("o-{i}"), far + i), T0).await;
     }

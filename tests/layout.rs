@@ -1,6 +1,7 @@
-//! The store's layout against a real redis-server, with the time as an argument: record
-//! buckets that split as timers are added, promotion of the timers due soon to keys of
-//! their own, and definition prefixes shared by the records (`record.lua`, `place.lua`).
+//! The store's layout against a real redis-server, with the time as an argument: the
+//! bucket of pending records as it grows past Redis's compact encoding, promotion of the
+//! timers due soon to keys of their own, and definition prefixes shared by the records
+//! (`record.lua`, `place.lua`).
 
 mod common;
 
@@ -17,11 +18,11 @@ fn once(id: &str, at: i64) -> TimerCommand {
     }
 }
 
-/// Live timers are fields of bucket hashes that split as timers are added (linear
-/// hashing, `record.lua`): every timer stays findable across the splits, a cancel moves
-/// it out of its bucket, and each live one fires once.
+/// Live timers are fields of the partition's bucket (`place.lua`), one hash that Redis
+/// turns into a hash table as it grows: every timer stays findable across the change of
+/// encoding, a cancel moves it out of the bucket, and each live one fires once.
 #[tokio::test]
-async fn timers_stay_findable_while_their_buckets_split() {
+async fn timers_stay_findable_while_the_bucket_grows() {
     let mut w = World::new("buckets").await;
     let n = 3_000;
     let ids: Vec<String> = (0..n).map(|i| format!("order:{i}")).collect();
@@ -41,20 +42,24 @@ async fn timers_stay_findable_while_their_buckets_split() {
         };
         assert_eq!(w.apply(cancel, T0).await.outcome, ApplyOutcome::Accepted);
     }
-    let meta_key = w.store.keys(0).record_meta();
+    let bucket = w.store.keys(0).bucket();
     let mut con = w.redis().await;
-    let (level, live): (i64, i64) = redis::cmd("HMGET")
-        .arg(&meta_key)
-        .arg("L")
-        .arg("n")
+    let live: i64 = redis::cmd("HLEN")
+        .arg(&bucket)
         .query_async(&mut con)
         .await
         .unwrap();
-    assert!(
-        level >= 2,
-        "3,000 timers split the 8 first buckets: level {level}"
+    assert_eq!(live, 2_000, "the live timers are the bucket's fields");
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(&bucket)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        encoding, "hashtable",
+        "2,000 fields outgrow the compact encoding"
     );
-    assert_eq!(live, 2_000, "live records counted");
     for (i, id) in ids.iter().enumerate() {
         let t = w.store.timer(0, id).await.unwrap().expect(id);
         let want = if i % 3 == 0 {
@@ -71,11 +76,11 @@ async fn timers_stay_findable_while_their_buckets_split() {
         .all(|(id, &k)| k == 1 && !ids.iter().step_by(3).any(|c| c == id)));
 }
 
-/// The migrator promotes one-shot timers due within a minute out of the record buckets
+/// The migrator promotes one-shot timers due within a minute out of the bucket
 /// into keys of their own (`promote.lua`), a page at a time; a timer created due soon
-/// after that goes straight to its own key; far ones stay in the buckets; all fire once.
+/// after that goes straight to its own key; far ones stay in the bucket; all fire once.
 #[tokio::test]
-async fn timers_due_soon_are_promoted_out_of_the_buckets() {
+async fn timers_due_soon_are_promoted_out_of_the_bucket() {
     let mut w = World::new("promote").await;
     let near: Vec<String> = (0..500).map(|i| format!("near-{i}")).collect();
     let far: Vec<String> = (0..500).map(|i| format!("far-{i}")).collect();
@@ -90,11 +95,10 @@ async fn timers_due_soon_are_promoted_out_of_the_buckets() {
     let k = w.store.keys(0);
     let own = |ids: &[String]| -> Vec<String> { ids.iter().map(|id| k.timer(id)).collect() };
     let in_buckets = |mut con: redis::aio::MultiplexedConnection| {
-        let meta = k.record_meta();
+        let bucket = k.bucket();
         async move {
-            let n: Option<i64> = redis::cmd("HGET")
-                .arg(meta)
-                .arg("n")
+            let n: i64 = redis::cmd("HLEN")
+                .arg(bucket)
                 .query_async(&mut con)
                 .await
                 .unwrap();
@@ -103,8 +107,8 @@ async fn timers_due_soon_are_promoted_out_of_the_buckets() {
     };
     assert_eq!(
         in_buckets(con.clone()).await,
-        Some(1_000),
-        "all in buckets before promotion"
+        1_000,
+        "all in the bucket before promotion"
     );
     let mut calls = 0;
     while w.store.promote(0, w.epoch, T0 + 60_000, 100).await.unwrap() {
@@ -128,8 +132,8 @@ async fn timers_due_soon_are_promoted_out_of_the_buckets() {
     assert_eq!((promoted, stayed), (500, 0));
     assert_eq!(
         in_buckets(con.clone()).await,
-        Some(500),
-        "the far ones stay in buckets"
+        500,
+        "the far ones stay in the bucket"
     );
     let per_minute: Vec<(i64, i64)> = redis::cmd("HGETALL")
         .arg(format!("{}bm", k.base()))

@@ -291,14 +291,14 @@ async fn a_new_timer_packed_by_ktimer_reads_as_record_lua_writes_it() {
     }
 }
 
-/// The raw bytes Redis holds for timer `id` (its bucket field or its own key).
+/// The raw bytes Redis holds for timer `id` (its field of the bucket or its own key).
 fn stored_bytes(w: &World, id: &str) -> Vec<u8> {
     let v = records_lua(
         w,
         id,
         "local s = redis.call('GET', REC.base .. 't:' .. ARGV[1]) \
          if s then return s end \
-         return redis.call('HGET', rec_bucket(rec_hash(ARGV[1])), ARGV[1])",
+         return redis.call('HGET', REC.bucket, ARGV[1])",
     );
     bytes(&v)
 }

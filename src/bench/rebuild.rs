@@ -73,9 +73,9 @@ pub async fn rebuild_phase(
     let elapsed = started.elapsed();
     let mut restored = 0;
     for k in &keys {
-        // Timers in the record buckets are counted by their meta; every other has a key.
-        let live: Option<usize> = c.hget(k.record_meta(), "n").await?;
-        restored += live.unwrap_or(0);
+        // Timers in the bucket are its fields; every other has a key.
+        let live: usize = c.hlen(k.bucket()).await?;
+        restored += live;
         let opts = redis::ScanOptions::default()
             .with_pattern(format!("{}t:*", k.base()))
             .with_count(10_000);

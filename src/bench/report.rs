@@ -213,9 +213,9 @@ impl Report {
             }
             check(
                 &mut c,
-                "Redis <= 160 B per pending timer",
+                "Redis <= 200 B per pending timer",
                 format!("{:.0} B", p.bytes_per_timer),
-                p.bytes_per_timer <= 160.0,
+                p.bytes_per_timer <= 200.0,
             );
         }
         let own = [

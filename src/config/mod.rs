@@ -156,12 +156,6 @@ pub struct RunArgs {
     /// Prefix of every Redis key.
     #[arg(long, env = "KTIMER_REDIS_PREFIX", default_value = "ktimer")]
     pub redis_prefix: String,
-    /// Raise Redis's `hash-max-listpack-value` to 1024 at start (CONFIG SET on every
-    /// primary), and again within seconds wherever a restarted Redis lost it, so buckets of
-    /// timer records keep the compact encoding: about half the memory per pending timer.
-    /// `false` leaves the server's configuration alone.
-    #[arg(long, env = "KTIMER_REDIS_TUNE", default_value_t = true, action = clap::ArgAction::Set)]
-    pub redis_tune: bool,
     /// How long Redis may not answer this instance before it gives its partitions up to
     /// the group (leaves it, and joins again once Redis answers): keep it well under
     /// `--session-timeout-ms`, so that a fire due during such a cut is late by about this

@@ -20,7 +20,6 @@ use crate::ownership;
 use crate::retry::Retry;
 use crate::shutdown::CancellationToken;
 use crate::status::{Status, StatusTx};
-use crate::store::tune::{self, Tuned};
 use crate::store::Store;
 use anyhow::Context;
 use std::net::SocketAddr;
@@ -58,13 +57,7 @@ pub async fn run(
     }
     let max = kafka::producer_max_bytes(k).unwrap_or(catalog::DEFAULT_MAX_RECORD_BYTES);
     let catalog = Catalog::new(&kafka::client(k), max).context("creating the metadata clients")?;
-    crate::sampler::spawn(
-        store.clone(),
-        metrics.clone(),
-        &status,
-        args.redis_tune,
-        token.clone(),
-    );
+    crate::sampler::spawn(store.clone(), metrics.clone(), &status, token.clone());
     let reference = Reference::new(args.clock_skew_ms);
     let clock = Clock::Reference(reference.clone());
     let cut = ownership::cut::spawn(
@@ -182,20 +175,6 @@ async fn connect_store(args: &RunArgs, token: &CancellationToken) -> anyhow::Res
         .unwrap_or_default();
     if let Some(why) = primaries.iter().find_map(|(node, e)| e.refusal(node)) {
         anyhow::bail!("{why}");
-    }
-    if args.redis_tune {
-        match store.tune_encoding().await {
-            Ok(Tuned::Already) => {}
-            Ok(Tuned::Raised(from)) => tracing::info!(
-                from,
-                to = tune::HASH_VALUE_BYTES,
-                "raised Redis hash-max-listpack-value (--redis-tune)"
-            ),
-            Err(e) => tracing::warn!(
-                error = %e,
-                "could not raise Redis hash-max-listpack-value: pending timers take about twice the memory (--redis-tune false silences this)"
-            ),
-        }
     }
     Ok(Some(store))
 }

@@ -46,7 +46,7 @@ for i = 6, #ARGV do
   end
   gone[#gone + 1] = member
   local ver = tonumber(vs)
-  local a, where, h = rec_raw(id)
+  local a, where = rec_raw(id)
   if a and not reason and not a[REC_K] and a[REC_ST] == 1 and a[REC_V] == ver then
     -- A one-shot timer delivered (the hot path): fired, without a field table.
     if a[REC_P] then
@@ -55,7 +55,7 @@ for i = 6, #ARGV do
     else
       undefer[#undefer + 1] = id
     end
-    rec_done_raw(id, rec_app_raw(a), a, where, h, 'fired', fire)
+    rec_done_raw(id, rec_app_raw(a), a, where, 'fired', fire)
     a = nil
   end
   local t = a and rec_get(id)

@@ -176,7 +176,7 @@ local function apply_one(a)
   if noff > top then
     top = noff
   end
-  local t, h = rec_get(id)
+  local t = rec_get(id)
   existed = t ~= nil
   if not OPS[op] then
     return 'rejected', 'unknown operation ' .. op, t
@@ -230,14 +230,14 @@ local function apply_one(a)
         redis.call('ZADD', KEYS[8], 'LT', off, id)
         deferred = true
       end
-      rec_put_fresh(id, h, tonumber(due_arg), app, ARGV[a + 16], ARGV[a + 6], ARGV[a + 17])
+      rec_put_fresh(id, tonumber(due_arg), app, ARGV[a + 16], ARGV[a + 6], ARGV[a + 17])
       slice_add(due_arg, id)
       return 'accepted', '', {v = off, st = 'scheduled', due = due_arg, _fresh = true}
     end
     -- A timer whose state was written keeps owing its record (field p); one created
     -- again keeps its history.
     local fresh = {v = off, st = 'scheduled', rq = rq_arg, d = ARGV[a + 6], a = app,
-      p = t and t.p, _done = t and t._done, _h = h, _st0 = t and t.st, h = t and t.h,
+      p = t and t.p, _done = t and t._done, _st0 = t and t.st, h = t and t.h,
       lx = t and t.lx}
     local due_arg = ARGV[a + 5]
     if not t and ARGV[a + 4] == 'o' and REC.hist and REC.hist.n > 0 then

@@ -124,11 +124,11 @@ if want > 0 then
       held[#held + 1] = first
       held[#held + 1] = id
     else
-      local a, where, h = rec_raw(id)
+      local a, where = rec_raw(id)
       local st = a and (REC_STATES[a[REC_ST]] or a[REC_ST])
       -- A done timer (most pages after fires): a tombstone if any state of it was
       -- written, else nothing; answered without building its fields.
-      local t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where, h)
+      local t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where)
       local f = t or {st = st, p = a and a[REC_P]}
       local due = tonumber(f.due or '0')
       if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then

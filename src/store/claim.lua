@@ -143,7 +143,7 @@ end
 local function take(member, m, score)
   if string.byte(member, 1) ~= 1 then
     -- A one-shot timer: read raw (the hot path).
-    local a, where, h, s = rec_raw(member)
+    local a, where, s = rec_raw(member)
     if not a then
       vanished = vanished + 1
       return nil
@@ -160,7 +160,7 @@ local function take(member, m, score)
         if a[REC_P] then
           redis.call('ZADD', KEYS[5], 'NX', 'inf', member)
         end
-        rec_done_raw(member, app or rec_app_raw(a), a, where, h, 'fired', nil)
+        rec_done_raw(member, app or rec_app_raw(a), a, where, 'fired', nil)
         return nil
       end
       if app then

@@ -1,6 +1,6 @@
 //! The migrator's scripts: which cron windows must be extended (`cron_due.lua`),
 //! materialising their next occurrences (`materialize.lua`), and promoting the one-shot
-//! timers due soon out of the record buckets (`promote.lua`).
+//! timers due soon out of the bucket (`promote.lua`).
 
 use super::{bad_reply, Store, StoreError};
 use crate::schedule::{CronSpec, Occurrences};
@@ -72,7 +72,7 @@ impl Store {
         self.counted("materialize", partition, &inv).await
     }
 
-    /// Moves the one-shot timers of `partition` due up to `through_ms` from their buckets
+    /// Moves the one-shot timers of `partition` due up to `through_ms` from the bucket
     /// to keys of their own (`promote.lua`), looking at most at `budget` slice members;
     /// `true` when the budget ran out first (call again).
     pub async fn promote(

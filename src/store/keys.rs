@@ -126,11 +126,16 @@ impl Keys {
     pub fn base(&self) -> String {
         self.key("")
     }
-    /// The record buckets' level, split pointer and count (hash, `record.lua`).
+    /// The bucket: scheduled one-shot timers due after the promoted minute, field the
+    /// id, value the packed record (hash, `place.lua` derives the same name).
+    pub fn bucket(&self) -> String {
+        self.key("r")
+    }
+    /// The bucket's meta: the promoted minute and its cursor (hash, `place.lua`).
     pub fn record_meta(&self) -> String {
         self.key("rb")
     }
-    /// The hash of timer `id` once it is done (a live timer is a field of a bucket).
+    /// The hash of timer `id` once it is done (a live timer is a field of the bucket).
     pub fn timer(&self, id: &str) -> String {
         format!("{}:t:{id}", self.tag)
     }
@@ -226,6 +231,7 @@ mod tests {
         }
         assert_eq!(k.timer("a:b"), format!("{}t:a:b", k.base()));
         assert_eq!(k.record_meta(), format!("{}rb", k.base()));
+        assert_eq!(k.bucket(), format!("{}r", k.base()));
         assert_eq!(k.slice_prefix(), "kt:{cmds:3}:s:");
     }
 }

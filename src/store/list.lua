@@ -1,13 +1,13 @@
 -- Lists the timers of a partition for the admin API, one page at a time, with filters:
--- the buckets' records first (record.lua), bucket after bucket, then the timers with
--- keys of their own (SCAN, on the node that holds the partition). Like SCAN, a timer
--- present and not moved for the whole listing is listed; one that moves between a
--- bucket and its own key meanwhile (promotion, an update) may be listed twice or missed.
--- KEYS: 1 the record buckets' meta (routes the call to the partition's slot)
--- ARGV: 1 the partition's key prefix, 2 cursor ('' to start: `bN` a bucket, `kC` a SCAN
---       cursor), 3 application ('' any), 4 state ('' any), 5 id prefix ('' any),
---       6 '1': only timers with dead-lettered fires, 7 most timers answered (a bucket
---       is read whole, so a page may hold more), 8 most records looked at
+-- the bucket's records first (place.lua; HSCAN), then the timers with keys of their
+-- own (SCAN, on the node that holds the partition). Like SCAN, a timer present and not
+-- moved for the whole listing is listed; one that moves between the bucket and its own
+-- key meanwhile (promotion, an update) may be listed twice or missed.
+-- KEYS: 1 the bucket's meta (routes the call to the partition's slot)
+-- ARGV: 1 the partition's key prefix, 2 cursor ('' to start: `bC` or `bC:K` an HSCAN
+--       cursor of the bucket, `kC` a SCAN cursor), 3 application ('' any), 4 state
+--       ('' any), 5 id prefix ('' any), 6 '1': only timers with dead-lettered fires,
+--       7 most timers answered, 8 most records looked at
 -- Returns {next cursor ('' when done), then per timer: id, state, due ('' none), kind,
 --          version, application, dead letters, last dead letter's due, its reason}.
 rec_init(ARGV[1], 0)
@@ -39,17 +39,25 @@ end
 
 local cursor = ARGV[2] == '' and 'b0' or ARGV[2]
 if string.sub(cursor, 1, 1) == 'b' then
-  local m = rec_meta()
-  local total = m.size + m.s
-  local b = tonumber(string.sub(cursor, 2))
-  while b < total and found < want and seen < budget do
-    local all = redis.call('HGETALL', REC.rprefix .. b)
-    for i = 1, #all, 2 do
+  -- `bC:K`: HSCAN cursor C, of whose step the first K fields were looked at already (a
+  -- compact hash answers all its fields in one step).
+  local b, skip = string.match(cursor, '^b(%d+):?(%d*)$')
+  skip = tonumber(skip) or 0
+  repeat
+    local r = redis.call('HSCAN', REC.bucket, b, 'COUNT', 200)
+    local all = r[2]
+    local i = 2 * skip + 1
+    while i <= #all and found < want and seen < budget do
       consider(all[i], cmsgpack.unpack(all[i + 1]))
+      i = i + 2
     end
-    b = b + 1
-  end
-  if b < total then
+    if i <= #all then
+      out[1] = 'b' .. b .. ':' .. (i - 1) / 2
+      return out
+    end
+    b, skip = r[1], 0
+  until b == '0' or found >= want or seen >= budget
+  if b ~= '0' then
     out[1] = 'b' .. b
     return out
   end

@@ -6,8 +6,8 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `PREFIX:{topic:p}:r:B` | hash | scheduled one-shot timers due after the promoted minute whose id hashes to bucket `B`: field the id, value the timer's fields packed with MessagePack (`record.lua`); buckets split by linear hashing as timers are added, so each stays small enough for Redis's compact encoding |
-//! | `PREFIX:{topic:p}:rb` | hash | the buckets' level `L`, split pointer `s` and record count `n`; the promoted minute `pm` and its cursor `pc` (`promote.lua`) |
+//! | `PREFIX:{topic:p}:r` | hash | the bucket: scheduled one-shot timers due after the promoted minute, field the id, value the timer's fields packed with MessagePack (`record.lua`); one hash per partition, a hash table in Redis once it outgrows the compact encoding (`place.lua`) |
+//! | `PREFIX:{topic:p}:rb` | hash | the bucket's meta: the promoted minute `pm` and its cursor `pc` (`promote.lua`) |
 //! | `PREFIX:{topic:p}:t:ID` | string | every other timer, packed the same way: one-shot timers due soon (promoted ahead by the migrator), cron and paused timers, and done ones (fired, cancelled, completed, dead-lettered), which expire after the retention; fields in [`keys::field`]: `v` version, `st` state, `rq` last request id, `k` kind (`o` one-shot, `c` cron), `due`, `d` definition; cron: `sc` spec (JSON), `mp` misfire, `mx` max fires, `n` fires claimed, `hz` materialised through, `lst` last materialised, `fin` final occurrence, `lf` last late fire, `last` last fired; dead letters: `dl` count, `dlr` last due, `dlx` last reason; `h` the history, `lx` the last fire (entries, `record.lua`) |
 //! | `PREFIX:{topic:p}:dp` | hash | definition prefixes (application and callback topic) shared by the records: `#N` the prefix, `=PREFIX` its number N; a record's `d` is `{N, rest}` (`record.lua`), at most 4096 prefixes per partition |
 //! | `PREFIX:{topic:p}:s:MINUTE` | zset | fires due in that minute, score due ms: member the id of a one-shot timer, `\x01version:due:id` for a cron occurrence |
@@ -51,7 +51,6 @@ mod list;
 mod packed;
 mod scripts;
 mod state;
-pub mod tune;
 mod view;
 
 pub use ack::Ack;
@@ -129,8 +128,10 @@ impl StoreError {
 /// and rebuilt from the state topic when an instance takes it.
 /// Version 3 added the history (`h`) and the last fire (`lx`) to the packed record;
 /// version 4 numbered definition prefixes (`dp`), so an older instance that takes the
-/// partition back rebuilds it instead of reading a definition it does not know.
-pub const STORE_FORMAT: i64 = 4;
+/// partition back rebuilds it instead of reading a definition it does not know;
+/// version 5 keeps the pending records in one hash per partition (`r`) instead of
+/// buckets split by linear hashing (`r:B`).
+pub const STORE_FORMAT: i64 = 5;
 
 /// Handle to the Redis store. Cheap to clone.
 #[derive(Clone)]

@@ -1,9 +1,9 @@
--- Promotes the one-shot timers of the next minutes from their buckets to keys of their
+-- Promotes the one-shot timers of the next minutes from the bucket to keys of their
 -- own (record.lua), ahead of their fires: a fire then costs one read and one write. Walks
 -- the slice index from the promoted minute (meta pm) on, one slice page after the other,
 -- moving each record's packed string unchanged, and advances pm when a minute is done: a
 -- minute with no bucket records (`BASE bm`) at once, another once all of them moved.
--- KEYS: 1 epoch, 2 slice index, 3 record buckets' meta
+-- KEYS: 1 epoch, 2 slice index, 3 the bucket's meta (place.lua)
 -- ARGV: 1 expected epoch, 2 the partition's key prefix, 3 slice key prefix, 4 promote
 --       the minutes up to this instant (ms), 5 most slice members looked at
 -- Returns 1 when the budget ran out before the target minute (call again), 0 when
@@ -40,11 +40,10 @@ while true do
   for _, member in ipairs(page) do
     -- Cron members ("\1...") belong to timers that have their own keys already.
     if left > 0 and string.byte(member, 1) ~= 1 then
-      local bucket = rec_bucket(rec_hash(member))
-      local s = redis.call('HGET', bucket, member)
+      local s = redis.call('HGET', REC.bucket, member)
       if s then
         redis.call('SET', ARGV[2] .. 't:' .. member, s)
-        redis.call('HDEL', bucket, member)
+        redis.call('HDEL', REC.bucket, member)
         rec_count(minute, -1)
         left = left - 1
       end

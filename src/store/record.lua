@@ -26,18 +26,16 @@ for i, s in ipairs(REC_STATES) do
   REC_STATE_CODE[s] = i
 end
 local REC_LIVE = {scheduled = true, paused = true}
--- Buckets at level 0, and the records per bucket that make the next split.
-local REC_BUCKETS, REC_LOAD = 8, 40
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
 -- hist: the history's bound (rec_history; nil: no history written).
-local REC = {base = nil, retention = nil, meta = nil, counted = false, apps = nil, moved = {},
+local REC = {base = nil, retention = nil, meta = nil, apps = nil, moved = {},
   minutes = {}, tally = {}, hist = nil, dp_ids = {}, dp_by = {}}
 
 -- Sets the partition (`base`, its key prefix), the retention of done timers (ms) and
 -- the key of the live count per application (nil when the script moves none).
 local function rec_init(base, retention, apps)
   REC.base, REC.retention, REC.apps = base, retention, apps
-  REC.rprefix = base .. 'r:'
+  REC.bucket = base .. 'r'
 end
 
 -- History entries are kept: at most `n` (0: none), none older than `ttl` ms.

@@ -40,7 +40,7 @@ while i <= #ARGV do
   -- The marks of the record already there (a restore call retried after its reply was
   -- lost finds its own writes): where it is, its minute, its state.
   local t = {_bucket = old and old._bucket, _own = old and old._own, _done = old and old._done,
-    _h = old and old._h, _m = old and old._m, _st0 = old and old.st}
+    _m = old and old._m, _st0 = old and old.st}
   for j = first, first + 2 * n - 1, 2 do
     t[ARGV[j]] = ARGV[j + 1]
   end

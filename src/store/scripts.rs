@@ -4,7 +4,7 @@
 use redis::Script;
 
 /// Timer records (`record.lua`: their packing, history and tallies; `place.lua`: where a
-/// timer lives, the buckets' growth) and timer helpers (`misfire.lua`: misfire planning,
+/// timer lives: the bucket or a key of its own) and timer helpers (`misfire.lua`: misfire planning,
 /// completion), prepended to every script that reads or writes timers.
 const PRELUDE: [&str; 3] = [
     include_str!("record.lua"),
