@@ -4,10 +4,11 @@
 -- moved for the whole listing is listed; one that moves between the bucket and its own
 -- key meanwhile (promotion, an update) may be listed twice or missed.
 -- KEYS: 1 the bucket's meta (routes the call to the partition's slot)
--- ARGV: 1 the partition's key prefix, 2 cursor ('' to start: `bC` or `bC:K` an HSCAN
+-- ARGV: 1 the partition's key prefix, 2 cursor ('' to start: `bC` or `b0:X` an HSCAN
 --       cursor of the bucket, `kC` a SCAN cursor), 3 application ('' any), 4 state
 --       ('' any), 5 id prefix ('' any), 6 '1': only timers with dead-lettered fires,
---       7 most timers answered, 8 most records looked at
+--       7 most timers answered (a page ends between scan steps of a large bucket, so
+--       it may hold a few more), 8 most records looked at
 -- Returns {next cursor ('' when done), then per timer: id, state, due ('' none), kind,
 --          version, application, dead letters, last dead letter's due, its reason}.
 rec_init(ARGV[1], 0)
@@ -15,6 +16,14 @@ local app, state, prefix, dead = ARGV[3], ARGV[4], ARGV[5], ARGV[6] == '1'
 local want, budget = tonumber(ARGV[7]), tonumber(ARGV[8])
 local out = {''}
 local seen, found = 0, 0
+
+-- `s` as hex digits, and back (a field in a cursor).
+local function hex(s)
+  return (string.gsub(s, '.', function(ch) return string.format('%02x', string.byte(ch)) end))
+end
+local function unhex(x)
+  return (string.gsub(x, '%x%x', function(h) return string.char(tonumber(h, 16)) end))
+end
 
 local function consider(id, a)
   seen = seen + 1
@@ -39,23 +48,33 @@ end
 
 local cursor = ARGV[2] == '' and 'b0' or ARGV[2]
 if string.sub(cursor, 1, 1) == 'b' then
-  -- `bC:K`: HSCAN cursor C, of whose step the first K fields were looked at already (a
-  -- compact hash answers all its fields in one step).
-  local b, skip = string.match(cursor, '^b(%d+):?(%d*)$')
-  skip = tonumber(skip) or 0
+  -- `bC`: the HSCAN cursor C. A scan step covers more of the hash as fields go, so a page
+  -- ends between steps, except in a step that answered every field (a compact hash):
+  -- there a page may stop after field X (`b0:X`, hex) and the next reads the whole hash
+  -- again and takes its fields in name order after X, so fields removed meanwhile shift
+  -- none past the page.
+  local b, after = string.match(cursor, '^b(%d+):?(%x*)$')
+  after = after ~= '' and unhex(after) or nil
   repeat
-    local r = redis.call('HSCAN', REC.bucket, b, 'COUNT', 200)
-    local all = r[2]
-    local i = 2 * skip + 1
-    while i <= #all and found < want and seen < budget do
-      consider(all[i], cmsgpack.unpack(all[i + 1]))
-      i = i + 2
+    local r = redis.call('HSCAN', REC.bucket, b, 'COUNT', math.max(want - found, 10))
+    local whole = b == '0' and r[1] == '0'
+    local all, ids, recs = r[2], {}, {}
+    for i = 1, #all, 2 do
+      if not (whole and after) or all[i] > after then
+        ids[#ids + 1] = all[i]
+        recs[all[i]] = all[i + 1]
+      end
     end
-    if i <= #all then
-      out[1] = 'b' .. b .. ':' .. (i - 1) / 2
-      return out
+    table.sort(ids)
+    for _, id in ipairs(ids) do
+      if whole and (found >= want or seen >= budget) then
+        out[1] = 'b0:' .. hex(after)
+        return out
+      end
+      consider(id, cmsgpack.unpack(recs[id]))
+      after = id
     end
-    b, skip = r[1], 0
+    b, after = r[1], nil
   until b == '0' or found >= want or seen >= budget
   if b ~= '0' then
     out[1] = 'b' .. b
