@@ -46,7 +46,7 @@
 //! - [`trigger`]: one task per owned partition firing timers at the due millisecond
 //!   (`wake`, `gate`, `lease`, `fence`, `delivery`, `recover`, `task`); [`migrator`]: one task per owned
 //!   partition materialising cron occurrences ahead and promoting timers due soon out of
-//!   the record buckets.
+//!   the bucket of pending records.
 //! - [`sink`]: the idempotent producer (`record`: pure record building, `send`:
 //!   back-pressure and delivery).
 //! - [`admin`]: HTTP `/metrics`, health, readiness and timer look-up; [`status`]: what an

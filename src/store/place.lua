@@ -4,8 +4,9 @@
 --   pending for hours costs a hash entry instead of a key of its own. One hash, not
 --   many small ones: past `hash-max-listpack-entries` Redis keeps it as a hash table,
 --   whose reads and writes cost the same at any size, with no hashing of ids in Lua and
---   no buckets to split as it grows (about 40 bytes more per pending timer than small
---   listpack buckets, a third less Redis CPU per create);
+--   no buckets to split as it grows (about 55 bytes more per pending timer than small
+--   listpack buckets split by linear hashing, and a quarter to a third less Redis CPU per
+--   create);
 -- * every other timer is a string key of its own, `BASE t:ID`: one-shot timers due
 --   soon, cron timers, paused timers, and done timers (fired, cancelled, completed,
 --   dead_lettered; these expire after the retention: a look-up and the duplicate check
