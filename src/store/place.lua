@@ -169,9 +169,10 @@ local function rec_mp_uint(n)
   return '\205' .. string.char(math.floor(n / 256), n % 256)
 end
 
--- Writes new scheduled one-shot timer `id` of application `app` (due `due` ms), whose record the owner packed (src/store/fresh.rs): `head`, then definition
--- `d` as rec_pack writes it (its prefix numbered), then `tail`. What rec_put does for
--- such a timer, without a field table.
+-- Writes new scheduled one-shot timer `id` of application `app` (due `due` ms), whose
+-- record the owner packed (src/store/fresh.rs): `head`, then definition `d` as rec_pack
+-- writes it (its prefix numbered), then `tail`. What rec_put does for such a timer,
+-- without a field table.
 local function rec_put_fresh(id, due, app, head, d, tail)
   local x = rec_def_pack(d)
   if type(x) == 'table' then
