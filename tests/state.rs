@@ -132,6 +132,36 @@ async fn a_deferred_timer_waits_while_the_fire_path_is_behind_and_is_written_onc
     assert_eq!(page.acked_through_ms, T0 + 7_001);
 }
 
+/// A deferred timer whose record vanished (evicted, or deleted outside ktimer) can never
+/// fire: it stops holding the checkpoint's offset at the next checkpoint, while the
+/// deferred timer after it still holds it until it fired.
+#[tokio::test]
+async fn a_deferred_timer_whose_record_vanished_stops_holding_the_checkpoint() {
+    let mut w = World::new("vanished").await;
+    w.apply(once("gone", T0 + 2_000), T0).await;
+    w.apply(once("kept", T0 + 3_000), T0).await;
+    let kept = w.offset;
+    let page = w.checkpoint(T0 + 100).await;
+    assert_eq!(page.applied, kept - 2, "both deferred: neither reflected");
+    let k = ktimer::store::Keys::new(&w.prefix, "cmds", 0);
+    let (own, bucket): (i64, i64) = redis::pipe()
+        .del(k.timer("gone"))
+        .hdel(k.bucket(), "gone")
+        .query_async(&mut w.redis().await)
+        .await
+        .unwrap();
+    assert_eq!(own + bucket, 1, "its record was deleted");
+    let page = w.checkpoint(T0 + 200).await;
+    assert!(page.timers.is_empty(), "nothing is owed for it");
+    assert_eq!(
+        page.applied,
+        kept - 1,
+        "only the timer that can still fire holds it"
+    );
+    assert_eq!(w.fire(T0 + 3_000).await, vec!["kept"]);
+    assert_eq!(w.checkpoint(T0 + 3_100).await.applied, kept);
+}
+
 #[tokio::test]
 async fn a_restore_applies_the_fire_watermark_and_the_in_flight_list() {
     let mut w = World::new("source").await;
@@ -283,7 +313,7 @@ async fn states_the_intake_writes_hold_the_checkpoint_until_confirmed() {
     assert_eq!((page.left, page.applied), (0, a - 1));
 
     w.store
-        .written((0, w.epoch), true, &["a".into()])
+        .written((0, w.epoch), true, written[0].first)
         .await
         .unwrap();
     let page = w.checkpoint(T0 + 60_200).await;
@@ -291,9 +321,9 @@ async fn states_the_intake_writes_hold_the_checkpoint_until_confirmed() {
     assert_eq!(page.applied, a);
 
     let req = write(&mut w, "b", T0 + 120_000);
-    w.store.apply_writing(&[req], &[], T0).await.unwrap();
+    let (_, _, b) = w.store.apply_writing(&[req], &[], T0).await.unwrap();
     w.store
-        .written((0, w.epoch), false, &["b".into()])
+        .written((0, w.epoch), false, b[0].first)
         .await
         .unwrap();
     let page = w.checkpoint(T0 + 60_300).await;
@@ -305,7 +335,7 @@ async fn states_the_intake_writes_hold_the_checkpoint_until_confirmed() {
     assert_eq!(page.applied, w.offset);
 
     let req = write(&mut w, "c", T0 + 120_000);
-    w.store.apply_writing(&[req], &[], T0).await.unwrap();
+    let (_, _, c) = w.store.apply_writing(&[req], &[], T0).await.unwrap();
     let old = w.epoch;
     w.epoch = w.store.acquire(0, T0 + 60_400).await.unwrap();
     let page = w.checkpoint(T0 + 60_400).await;
@@ -315,7 +345,7 @@ async fn states_the_intake_writes_hold_the_checkpoint_until_confirmed() {
         "the new owner writes what was not confirmed"
     );
     assert_eq!(page.applied, w.offset);
-    let late = w.store.written((0, old), true, &["c".into()]).await;
+    let late = w.store.written((0, old), true, c[0].first).await;
     assert!(
         late.is_err_and(|e| e.is_fenced()),
         "the old owner's confirmation is fenced"
@@ -335,7 +365,8 @@ async fn a_checkpoint_gets_past_timers_waiting_for_the_intakes_write() {
     for id in ids_ab {
         reqs.push(w.request(once(id, T0 + 60_000), T0));
     }
-    w.store.apply_writing(&reqs, &[], T0).await.unwrap();
+    let (_, _, ab) = w.store.apply_writing(&reqs, &[], T0).await.unwrap();
+    assert_eq!(ab.len(), 1, "one apply call");
     // Each changes again before the intake confirmed its first state; then a timer the
     // checkpoint writes.
     let first_cancel = w.offset + 1;
@@ -371,7 +402,7 @@ async fn a_checkpoint_gets_past_timers_waiting_for_the_intakes_write() {
     assert_eq!(answered, ["b"], "only the timer not waiting is written");
 
     w.store
-        .written((0, w.epoch), true, &ids_ab.map(String::from))
+        .written((0, w.epoch), true, ab[0].first)
         .await
         .unwrap();
     let page = w.checkpoint(T0 + 200).await;

@@ -321,7 +321,7 @@ async fn bookkeeping(w: &World) -> Vec<Vec<String>> {
             .unwrap();
         out.push(h.into_iter().map(|(f, v)| format!("{f}={v}")).collect());
     }
-    for key in [k.dirty(), k.deferred(), k.deferred_offsets(), k.inflight()] {
+    for key in [k.dirty(), k.deferred(), k.inflight()] {
         let members: Vec<String> = redis::cmd("ZRANGE")
             .arg(key)
             .arg(0)

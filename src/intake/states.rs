@@ -4,11 +4,12 @@
 //! command when they were).
 //!
 //! Invariants (with `checkpoint.lua` and `written.lua`):
-//! * until its write is confirmed, a timer stays in the partition's `writing` set: the
-//!   checkpoints neither answer it (a later state of it, a fire, must not precede this
-//!   record) nor reflect a command from its first one written on;
-//! * a write confirmed delivered leaves the set; one that failed goes back to the dirty
-//!   set, and the next checkpoint writes the timer's state as it is then;
+//! * until its write is confirmed, a timer stays in its apply call's entry of the
+//!   partition's `writing` hash: the checkpoints neither answer it (a later state of it,
+//!   a fire, must not precede this record) nor reflect a command from the call's first
+//!   one on;
+//! * an entry confirmed delivered leaves the hash; the timers of one that failed go back
+//!   to the dirty set, and the next checkpoint writes their states as they are then;
 //! * a write never confirmed (the process died, the partition moved) is handed to the
 //!   dirty set when an owner next takes the partition (`acquire.lua`).
 
@@ -23,7 +24,7 @@ use rdkafka::producer::DeliveryFuture;
 pub(crate) struct StateWrites {
     partition: i32,
     epoch: i64,
-    ids: Vec<String>,
+    first: i64,
     sent: Vec<Result<DeliveryFuture, SinkError>>,
 }
 
@@ -32,7 +33,6 @@ pub(crate) struct StateWrites {
 pub(crate) async fn send(sink: &Sink, written: Vec<Written>) -> Vec<StateWrites> {
     let mut writes = Vec::with_capacity(written.len());
     for w in written {
-        let mut ids = Vec::with_capacity(w.timers.len());
         let mut sent = Vec::with_capacity(w.timers.len());
         for (id, fields) in w.timers {
             let value = fields.as_ref().map(encode_timer_state).transpose();
@@ -43,12 +43,11 @@ pub(crate) async fn send(sink: &Sink, written: Vec<Written>) -> Vec<StateWrites>
                 }
                 Err(e) => Err(SinkError::Codec(e)),
             });
-            ids.push(id);
         }
         writes.push(StateWrites {
             partition: w.partition,
             epoch: w.epoch,
-            ids,
+            first: w.first,
             sent,
         });
     }
@@ -75,7 +74,7 @@ pub(crate) async fn confirm(
         }
         let held = (w.partition, w.epoch);
         match retry
-            .run(StoreError::is_fenced, || store.written(held, all, &w.ids))
+            .run(StoreError::is_fenced, || store.written(held, all, w.first))
             .await
         {
             // Fenced: the new owner took the unconfirmed writes over.

@@ -9,12 +9,11 @@
 -- goes on. Every timer whose fields change is added to the dirty set (the next checkpoint
 -- writes its state, or its tombstone).
 -- A one-shot timer whose state was never written owes nothing: it only leaves the
--- deferred sets.
+-- deferred set.
 -- Every call counts in the acknowledgement counter (a checkpoint is due after fires).
 -- A timer that is done leaves its application's live count (rec_tally, record.lua).
--- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 deferred by due,
---       6 deferred by first offset, 7 acknowledgement counter, 8 live timers per
---       application
+-- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 deferred (by first
+--       offset), 6 acknowledgement counter, 7 live timers per application
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (timer records, record.lua),
 --       3 retention ms, 4 history entries kept per timer, 5 history TTL ms,
 --       6.. acknowledgements
@@ -22,12 +21,12 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-rec_init(ARGV[2], ARGV[3], KEYS[8])
+rec_init(ARGV[2], ARGV[3], KEYS[7])
 rec_history(ARGV[4], ARGV[5])
-redis.call('INCR', KEYS[7])
+redis.call('INCR', KEYS[6])
 local n = 0
 -- Members to remove from the in-flight set, timers to add to the dirty set and to
--- remove from the deferred sets: each list written in one call at the end.
+-- remove from the deferred set: each list written in one call at the end.
 local gone, dirty, undefer = {}, {}, {}
 for i = 6, #ARGV do
   local member, reason, fire = ARGV[i], nil, nil
@@ -98,7 +97,6 @@ for i = 1, #dirty, 1000 do
 end
 for i = 1, #undefer, 1000 do
   redis.call('ZREM', KEYS[5], unpack(undefer, i, math.min(i + 999, #undefer)))
-  redis.call('ZREM', KEYS[6], unpack(undefer, i, math.min(i + 999, #undefer)))
 end
 rec_flush()
 return n

@@ -5,18 +5,19 @@
 -- States the last owner's intake was writing and never confirmed (written.lua), and the
 -- timers its checkpoints put aside waiting for those (blocked), go to the dirty set: the
 -- new owner's checkpoint writes them.
--- KEYS: 1 epoch, 2 timers whose state the intake writes (zset by first offset), 3 dirty
+-- KEYS: 1 epoch, 2 the states the intake writes (hash, writing.lua, prepended), 3 dirty
 --       set, 4 blocked (checkpoint.lua)
 -- ARGV: 1 now ms
 -- Returns the new epoch.
 local old = tonumber(redis.call('GET', KEYS[1]) or '0')
 local new = math.max(old + 1, tonumber(ARGV[1]))
 redis.call('SET', KEYS[1], string.format('%d', new))
-for _, key in ipairs({KEYS[2], KEYS[4]}) do
-  local waiting = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  for i = 1, #waiting, 2 do
-    redis.call('ZADD', KEYS[3], 'LT', waiting[i + 1], waiting[i])
-  end
-  redis.call('DEL', key)
+for id, first in pairs(writing_set(KEYS[2])) do
+  redis.call('ZADD', KEYS[3], 'LT', first, id)
 end
+local blocked = redis.call('ZRANGE', KEYS[4], 0, -1, 'WITHSCORES')
+for i = 1, #blocked, 2 do
+  redis.call('ZADD', KEYS[3], 'LT', blocked[i + 1], blocked[i])
+end
+redis.call('DEL', KEYS[2], KEYS[4])
 return new

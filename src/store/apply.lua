@@ -2,11 +2,11 @@
 -- idempotently (one call per batch: the per-call cost of a script dominates a command's).
 -- KEYS: 1 epoch, 2 applied offset, 3 slice index, 4 in-flight set, 5 cron index,
 --       6 dirty set (timers changed since the last checkpoint, scored by the first
---       command that changed them since), 7 deferred timers by due, 8 by first offset
---       (checkpoint.lua), 9 live timers per application, 10 timers whose state the
---       caller writes (zset of ids by the first offset written, checkpoint.lua),
---       11 parked index (claim.lua: the parked members of application APP are in
---       KEYS[11] .. ':' .. APP)
+--       command that changed them since), 7 deferred timers by first offset
+--       (checkpoint.lua), 8 live timers per application, 9 the states the caller writes
+--       (hash: per call, field its first offset written, value the ids, written.lua),
+--       10 parked index (claim.lua: the parked members of application APP are in
+--       KEYS[10] .. ':' .. APP)
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
 --       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
 --       6 defer ms, 7 the partition's key prefix (timer records, record.lua), 8 history
@@ -21,7 +21,7 @@
 --       exhausted), +12 origin ms (resume), +13 application, +14 most live timers the
 --       application may have in the partition ('' no limit), +15 '1' when the
 --       application's fires are paced (its pending fires go to its parked set,
---       KEYS[11] .. ':' .. application, not to the slices; claim.lua), +16 and +17 the
+--       KEYS[10] .. ':' .. application, not to the slices; claim.lua), +16 and +17 the
 --       record of a new one-shot timer packed by the owner around its definition (head,
 --       tail; src/store/fresh.rs; '' when not a one-shot create), +18 number of cron
 --       occurrences that follow, +19.. the occurrences to materialise
@@ -43,7 +43,7 @@
 -- * the applied offset only grows; it is the highest offset of the batch once applied;
 -- * a timer belongs to the application that created it (field a): a command of another
 --   application is rejected and changes nothing;
--- * KEYS[9] counts each application's live (scheduled or paused) timers: a create that
+-- * KEYS[8] counts each application's live (scheduled or paused) timers: a create that
 --   makes a timer live adds one, every change to a done state (complete(), cancel, a
 --   fire acknowledged, ...) takes one; a create over the limit is rejected;
 -- * a slice index entry names a minute whose slice has members: a command that empties a
@@ -52,11 +52,13 @@
 --   completed, never left scheduled with nothing to fire;
 -- * every timer an accepted command changed is in the dirty set, so the next checkpoint
 --   writes its state to the state topic; a new one-shot timer due within the defer time
---   goes straight to the deferred sets instead (checkpoint.lua);
--- * with ARGV[10] = '1', a changed timer not in KEYS[10] is answered (its state after
---   the call, or a tombstone) and enters KEYS[10] scored by its first command of the call
---   instead of the dirty set: the caller writes it and then removes it (written.lua); one
---   already in KEYS[10] (a write not confirmed) goes to the dirty set as before;
+--   goes straight to the deferred set instead (checkpoint.lua);
+-- * with ARGV[10] = '1', a changed timer whose state no earlier call answered (one not
+--   in KEYS[9]) is answered (its state after the call, or a tombstone) instead of
+--   entering the dirty set: the call's entry in KEYS[9] (field: its first command's
+--   offset; value: the ids of the timers answered, one per line) stays until
+--   the caller confirms the write (written.lua); a timer already in KEYS[9] (a write
+--   not confirmed) goes to the dirty set as before;
 -- * a live timer in the dirty set carries p (its state is owed to the state topic, and
 --   then a tombstone when it ends): set here, so a checkpoint never rewrites the record;
 -- * a fire (FIRE_NOW) of a timer Redis holds, in any state, adds one extra fire: slice
@@ -71,7 +73,7 @@ end
 if tonumber(redis.call('GET', KEYS[2]) or '-1') < tonumber(ARGV[4]) then
   return {'fenced'}
 end
-rec_init(ARGV[7], ARGV[2], KEYS[9])
+rec_init(ARGV[7], ARGV[2], KEYS[8])
 rec_history(ARGV[8], ARGV[9])
 local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1, fire = 1}
 local out = {}
@@ -89,8 +91,8 @@ local paced_app = nil
 
 local function slice_add(d, member)
   if paced_app then
-    redis.call('ZADD', KEYS[11] .. ':' .. paced_app, d, member)
-    redis.call('ZADD', KEYS[11], 'LT', d, paced_app)
+    redis.call('ZADD', KEYS[10] .. ':' .. paced_app, d, member)
+    redis.call('ZADD', KEYS[10], 'LT', d, paced_app)
     return
   end
   local minute = math.floor(tonumber(d) / 60000)
@@ -111,7 +113,7 @@ local function slice_remove(d, member, app)
     redis.call('ZREM', KEYS[3], minute)
     indexed[minute] = nil
   elseif removed == 0 and app then
-    redis.call('ZREM', KEYS[11] .. ':' .. app, member)
+    redis.call('ZREM', KEYS[10] .. ':' .. app, member)
   end
 end
 
@@ -226,8 +228,7 @@ local function apply_one(a)
       -- A new one-shot timer (the common case): its record comes packed by the owner.
       local due_arg = ARGV[a + 5]
       if tonumber(due_arg) <= soon then
-        redis.call('ZADD', KEYS[7], due_arg, id)
-        redis.call('ZADD', KEYS[8], 'LT', off, id)
+        redis.call('ZADD', KEYS[7], 'LT', off, id)
         deferred = true
       end
       rec_put_fresh(id, tonumber(due_arg), app, ARGV[a + 16], ARGV[a + 6], ARGV[a + 17])
@@ -250,8 +251,7 @@ local function apply_one(a)
       -- The common case: a new one-shot timer.
       fresh.k, fresh.due = 'o', due_arg
       if not fresh.p and tonumber(due_arg) <= soon then
-        redis.call('ZADD', KEYS[7], due_arg, id)
-        redis.call('ZADD', KEYS[8], 'LT', off, id)
+        redis.call('ZADD', KEYS[7], 'LT', off, id)
         deferred = true
       else
         fresh.p = '1'
@@ -330,8 +330,9 @@ local dirty = {}
 -- Timers whose state this call answers: ids in order, and each one's fields after it.
 local writing = ARGV[10] == '1'
 local written, last = {}, {}
--- (offset, id) pairs for KEYS[10], added in one call at the end.
-local writes = {}
+-- The timers whose states earlier calls answered, not yet confirmed (writing.lua; read
+-- when a command first meets a timer Redis held).
+local unconfirmed = nil
 while a <= #ARGV do
   deferred = false
   paced_app = ARGV[a + 15] == '1' and ARGV[a + 13] or nil
@@ -347,18 +348,17 @@ while a <= #ARGV do
   if code == 'again' then
     code = 'accepted'
   elseif code == 'accepted' and not deferred then
+    if writing and existed and not unconfirmed then
+      unconfirmed = writing_set(KEYS[9])
+    end
     if last[id] then
       last[id] = t
-    elseif writing and not (existed and redis.call('ZSCORE', KEYS[10], id)) then
-      -- (A timer Redis held no record of cannot be in KEYS[10].)
+    elseif writing and not (existed and unconfirmed[id]) then
       written[#written + 1] = id
       last[id] = t
-      writes[#writes + 1] = ARGV[a]
-      writes[#writes + 1] = id
       if existed then
         -- Written now: a deferral of an earlier command no longer holds the checkpoint.
         redis.call('ZREM', KEYS[7], id)
-        redis.call('ZREM', KEYS[8], id)
       end
     else
       dirty[#dirty + 1] = ARGV[a]
@@ -376,22 +376,24 @@ end
 for i = 1, #dirty, 1000 do
   redis.call('ZADD', KEYS[6], 'LT', unpack(dirty, i, math.min(i + 999, #dirty)))
 end
-for i = 1, #writes, 1000 do
-  redis.call('ZADD', KEYS[10], unpack(writes, i, math.min(i + 999, #writes)))
-end
 if top > tonumber(redis.call('GET', KEYS[2]) or '-1') then
   redis.call('SET', KEYS[2], top)
 end
+-- The ids whose states the caller writes (one per line).
+local owed = {}
 for _, id in ipairs(written) do
   local t = last[id]
   if t._fresh then
     out[#out + 1] = id
     out[#out + 1] = -2
     out[#out + 1] = t.v
-  elseif not rec_state_answer(id, t, out) then
-    -- Ended before any state of it was written: nothing is owed.
-    redis.call('ZREM', KEYS[10], id)
+    owed[#owed + 1] = id
+  elseif rec_state_answer(id, t, out) then
+    owed[#owed + 1] = id
   end
+end -- (Not owed: it ended before any state of it was written.)
+if #owed > 0 then
+  redis.call('HSET', KEYS[9], ARGV[11], table.concat(owed, '\n'))
 end
 rec_flush()
 return cmsgpack.pack(out)

@@ -43,6 +43,9 @@ pub struct Written {
     pub partition: i32,
     /// The epoch the commands were applied under.
     pub epoch: i64,
+    /// The offset of the chunk's first command: what names its entry in the partition's
+    /// `writing` hash ([`Store::written`] confirms it).
+    pub first: i64,
     /// Per timer its state after the chunk, or `None` for a tombstone.
     pub timers: Vec<(String, Option<TimerFields>)>,
 }
@@ -112,7 +115,6 @@ impl Store {
                 .key(k.cron())
                 .key(k.dirty())
                 .key(k.deferred())
-                .key(k.deferred_offsets())
                 .key(k.apps())
                 .key(k.writing())
                 .key(k.parked())
@@ -174,6 +176,7 @@ impl Store {
                         written.push(Written {
                             partition: first.partition,
                             epoch: first.epoch,
+                            first: first.offset,
                             timers,
                         });
                     }

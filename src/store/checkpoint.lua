@@ -6,11 +6,10 @@
 -- the fire watermark: every fire due at or before it was acknowledged, except the
 -- in-flight members listed.
 -- KEYS: 1 epoch, 2 dirty set, 3 pending set, 4 slice index, 5 in-flight set,
---       6 applied offset, 7 deferred timers by due, 8 deferred timers by first offset,
---       9 acknowledgement counter, 10 checkpoint sequence, 11 timers whose state the
---       intake writes (apply.lua; by the first command offset written), 12 dirty timers
---       waiting for such a write (by the first command offset that changed them),
---       13 parked index (claim.lua)
+--       6 applied offset, 7 deferred timers by first offset, 8 acknowledgement counter,
+--       9 checkpoint sequence, 10 the states the intake writes (hash, writing.lua,
+--       prepended), 11 dirty timers waiting for such a write (by the first command
+--       offset that changed them), 12 parked index (claim.lua)
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix, 4 now ms, 5 most
 --       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
@@ -30,15 +29,15 @@
 --   marks a timer whose state was written);
 -- * the watermark is at most now, below the first pending slice member, below the first
 --   parked member, and below the first in-flight member not listed;
--- * a dirty timer whose state the intake is writing (KEYS[11]) is not answered (its
---   record must not follow a later state of it): it moves to KEYS[12] until that write
+-- * a dirty timer whose state the intake is writing (KEYS[10]) is not answered (its
+--   record must not follow a later state of it): it moves to KEYS[11] until that write
 --   is confirmed (written.lua), so the next pages get past it and a checkpoint still
 --   completes; the reflected offset stays below the first command the intake has not
---   confirmed written and below every timer in KEYS[12].
+--   confirmed written and below every timer in KEYS[11].
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
-if tonumber(redis.call('GET', KEYS[10]) or '0') < tonumber(ARGV[9]) then
+if tonumber(redis.call('GET', KEYS[9]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
 local now, defer, grace = tonumber(ARGV[4]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -59,7 +58,7 @@ for i, m in ipairs(minutes) do
 end
 -- Parked fires are pending fires (claim.lua); an index entry is never later than its
 -- set's first member.
-local parked = redis.call('ZRANGE', KEYS[13], 0, 0, 'WITHSCORES')
+local parked = redis.call('ZRANGE', KEYS[12], 0, 0, 'WITHSCORES')
 if #parked > 0 then
   through = math.min(through, tonumber(parked[2]) - 1)
 end
@@ -70,21 +69,30 @@ if #flight / 2 > listed then
   through = math.min(through, tonumber(flight[#flight]) - 1)
 end
 
--- Deferred timers past due and grace: fired by now (nothing to write) or stuck (write).
--- The grace runs from the watermark, not from now: while a burst drains, the fires
--- waiting behind it are not stuck, and writing them would cost the fire path a state
--- record and a tombstone each.
+rec_init(ARGV[2], 0)
+-- The deferred timers that hold the reflected offset back (the first by offset), up to
+-- the first one rightly deferred: one still scheduled past due and grace is stuck
+-- (claimed, never acknowledged: written now); one no longer scheduled owes nothing to
+-- its deferral (fired, or changed since: its change went to the dirty set or the
+-- intake's writes). The grace runs from the watermark, not from now: while a burst
+-- drains, the fires waiting behind it are not stuck, and writing them would cost the
+-- fire path a state record and a tombstone each.
 local stuck = through - grace
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', stuck, 'LIMIT', 0, ARGV[5])) do
-  local first = redis.call('ZSCORE', KEYS[8], id) or 'inf'
+local lowest = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')
+for i = 1, #lowest, 2 do
+  local id, a = lowest[i], rec_raw(lowest[i])
+  local live = a and a[REC_ST] == 1 and not a[REC_K]
+  if live and a[REC_DUE] > stuck then
+    break
+  end
   redis.call('ZREM', KEYS[7], id)
-  redis.call('ZREM', KEYS[8], id)
-  redis.call('ZADD', KEYS[2], 'LT', first, id)
+  if live then
+    redis.call('ZADD', KEYS[2], 'LT', lowest[i + 1], id)
+  end
 end
 
 -- Each timer is read once: the read decides whether it is deferred and is what the page
 -- answers. `emit` collects the answer's timer part.
-rec_init(ARGV[2], 0)
 local emit, emitted = {}, {}
 
 -- Answers timer `id` (fields `t`, nil when gone): its fields, a tombstone, or nothing
@@ -105,7 +113,7 @@ end
 
 -- Moves a page of the dirty set to the pending set, deferring timers due soon.
 local want = tonumber(ARGV[5]) - #leftover
--- (first offset, id) pairs waiting in KEYS[12]: the intake is writing their state.
+-- (first offset, id) pairs waiting in KEYS[11]: the intake is writing their state.
 local held = {}
 if want > 0 then
   local page = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
@@ -113,14 +121,13 @@ if want > 0 then
   if #page > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #page / 2 - 1)
   end
-  -- Taken into the pending set, deferred (by due: due, id pairs; by first offset: first,
-  -- id pairs) and no longer deferred: each written in one call at the end, not one per
-  -- timer.
-  local taken, by_due, by_first, undeferred = {}, {}, {}, {}
-  local writing = redis.call('ZCARD', KEYS[11]) > 0
+  -- Taken into the pending set, deferred ((first offset, id) pairs) and no longer
+  -- deferred: each written in one call at the end, not one per timer.
+  local taken, by_first, undeferred = {}, {}, {}
+  local writing = writing_set(KEYS[10])
   for i = 1, #page, 2 do
     local id, first = page[i], page[i + 1]
-    if writing and redis.call('ZSCORE', KEYS[11], id) then
+    if writing[id] then
       held[#held + 1] = first
       held[#held + 1] = id
     else
@@ -132,8 +139,7 @@ if want > 0 then
       local f = t or {st = st, p = a and a[REC_P]}
       local due = tonumber(f.due or '0')
       if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then
-        local n = #by_due
-        by_due[n + 1], by_due[n + 2] = due, id
+        local n = #by_first
         by_first[n + 1], by_first[n + 2] = first, id
       else
         undeferred[#undeferred + 1] = id
@@ -145,31 +151,33 @@ if want > 0 then
     end
   end
   for j = 1, #held, 1000 do
-    redis.call('ZADD', KEYS[12], 'LT', unpack(held, j, math.min(j + 999, #held)))
+    redis.call('ZADD', KEYS[11], 'LT', unpack(held, j, math.min(j + 999, #held)))
   end
   for j = 1, #taken, 1000 do
     redis.call('SADD', KEYS[3], unpack(taken, j, math.min(j + 999, #taken)))
   end
   for j = 1, #undeferred, 1000 do
     redis.call('ZREM', KEYS[7], unpack(undeferred, j, math.min(j + 999, #undeferred)))
-    redis.call('ZREM', KEYS[8], unpack(undeferred, j, math.min(j + 999, #undeferred)))
   end
-  for j = 1, #by_due, 1000 do
-    redis.call('ZADD', KEYS[7], unpack(by_due, j, math.min(j + 999, #by_due)))
-    redis.call('ZADD', KEYS[8], 'LT', unpack(by_first, j, math.min(j + 999, #by_first)))
+  for j = 1, #by_first, 1000 do
+    redis.call('ZADD', KEYS[7], 'LT', unpack(by_first, j, math.min(j + 999, #by_first)))
   end
 end
 
 local applied = tonumber(redis.call('GET', KEYS[6]) or '-1')
 local reflected = applied
-for _, key in ipairs({KEYS[8], KEYS[11], KEYS[12]}) do
+for _, key in ipairs({KEYS[7], KEYS[11]}) do
   local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if #oldest > 0 and tonumber(oldest[2]) - 1 < reflected then
     reflected = tonumber(oldest[2]) - 1
   end
 end
+local oldest = writing_oldest(KEYS[10])
+if oldest and oldest - 1 < reflected then
+  reflected = oldest - 1
+end
 local out = {redis.call('ZCARD', KEYS[2]), through, string.format('%d', reflected),
-  redis.call('GET', KEYS[9]) or '0', string.format('%d', applied), m}
+  redis.call('GET', KEYS[8]) or '0', string.format('%d', applied), m}
 for i = 1, m do
   out[#out + 1] = flight[2 * i - 1]
 end

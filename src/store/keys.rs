@@ -65,17 +65,14 @@ impl Keys {
     pub fn dirty(&self) -> String {
         self.key("dirty")
     }
-    /// One-shot timers due soon whose state is not written (they likely fire first),
-    /// by due (zset).
+    /// One-shot timers due soon whose state is not written (they likely fire first), by
+    /// the first command offset that changed them (zset).
     pub fn deferred(&self) -> String {
-        self.key("deferred")
-    }
-    /// The same timers by the first command offset that changed them (zset).
-    pub fn deferred_offsets(&self) -> String {
         self.key("deferred:off")
     }
-    /// Timers whose state the intake is writing itself (apply.lua answered it; zset of
-    /// ids by the first command offset written), until it confirms them (written.lua).
+    /// The states the intake is writing itself (apply.lua answered them), until it
+    /// confirms them (written.lua): a hash, one field per apply call named by its first
+    /// command offset, the timer ids one per line (writing.lua).
     pub fn writing(&self) -> String {
         self.key("writing")
     }
@@ -216,7 +213,6 @@ mod tests {
             k.dirty(),
             k.pending(),
             k.deferred(),
-            k.deferred_offsets(),
             k.writing(),
             k.checkpoint(),
             k.acks(),

@@ -20,7 +20,8 @@
 //! | `PREFIX:{topic:p}:epoch` | string | moved by each new owner past every earlier epoch; every script checks it (fencing) |
 //! | `PREFIX:{topic:p}:drain` | zset | epochs of owners whose producer still holds fires of the partition that the broker has not answered (cut from the broker): refreshed every 0.5 s, gone 2 s after the last refresh; the next owner applies no command while it exists |
 //! | `PREFIX:{topic:p}:dirty` | zset | timers changed since the last checkpoint (their state goes to the state topic), scored by the first command that changed them (`inf`: a fire) |
-//! | `PREFIX:{topic:p}:deferred`, `...:deferred:off` | zset | one-shot timers never written and due within 10 s (by due, and by first command offset): written only if still scheduled 5 s after due; the checkpoint's command offset stays below them |
+//! | `PREFIX:{topic:p}:deferred:off` | zset | one-shot timers never written and due within 10 s, by first command offset: written only if still scheduled 5 s after due; the checkpoint's command offset stays below them |
+//! | `PREFIX:{topic:p}:writing` | hash | the states the intake is writing and has not confirmed: per apply call, field its first command offset, value the timer ids one per line (`writing.lua`); the checkpoint's command offset stays below them |
 //! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |
 //! | `PREFIX:{topic:p}:acks` | string | acknowledgement calls so far: a checkpoint is due when it moved |
 //! | `PREFIX:{topic:p}:ac` | hash | timers per state and application, field `STATE:APP`: scheduled and paused now; done states since the partition's last rebuild (`record.lua`) |
@@ -130,8 +131,10 @@ impl StoreError {
 /// version 4 numbered definition prefixes (`dp`), so an older instance that takes the
 /// partition back rebuilds it instead of reading a definition it does not know;
 /// version 5 keeps the pending records in one hash per partition (`r`) instead of
-/// buckets split by linear hashing (`r:B`).
-pub const STORE_FORMAT: i64 = 5;
+/// buckets split by linear hashing (`r:B`); version 6 keeps the intake's unconfirmed
+/// state writes as one hash entry per apply call (`writing` was a zset of timers) and the
+/// deferred timers by offset only (the set by due is gone).
+pub const STORE_FORMAT: i64 = 6;
 
 /// Handle to the Redis store. Cheap to clone.
 #[derive(Clone)]

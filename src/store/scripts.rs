@@ -12,6 +12,10 @@ const PRELUDE: [&str; 3] = [
     include_str!("misfire.lua"),
 ];
 
+/// The codec of the `writing` hash (the states the intake writes), prepended to the
+/// scripts that read or write it.
+const WRITING: &str = include_str!("writing.lua");
+
 /// `code` with the prelude before it.
 fn with_prelude(code: &str) -> String {
     [PRELUDE[0], PRELUDE[1], PRELUDE[2], code].concat()
@@ -62,7 +66,9 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Scripts {
         Scripts {
-            apply: Lua::new(&with_prelude(include_str!("apply.lua"))),
+            apply: Lua::new(&with_prelude(
+                &[WRITING, include_str!("apply.lua")].concat(),
+            )),
             mark: Lua::new(include_str!("mark.lua")),
             claim: Lua::new(&with_prelude(include_str!("claim.lua"))),
             ack: Lua::new(&with_prelude(include_str!("ack.lua"))),
@@ -70,10 +76,12 @@ impl Scripts {
             recover: Lua::new(&with_prelude(include_str!("recover.lua"))),
             cron_due: Lua::new(&with_prelude(include_str!("cron_due.lua"))),
             materialize: Lua::new(&with_prelude(include_str!("materialize.lua"))),
-            acquire: Lua::new(include_str!("acquire.lua")),
-            checkpoint: Lua::new(&with_prelude(include_str!("checkpoint.lua"))),
+            acquire: Lua::new(&[WRITING, include_str!("acquire.lua")].concat()),
+            checkpoint: Lua::new(&with_prelude(
+                &[WRITING, include_str!("checkpoint.lua")].concat(),
+            )),
             checkpointed: Lua::new(include_str!("checkpointed.lua")),
-            written: Lua::new(include_str!("written.lua")),
+            written: Lua::new(&[WRITING, include_str!("written.lua")].concat()),
             restore: Lua::new(&with_prelude(include_str!("restore.lua"))),
             read: Lua::new(&with_prelude(include_str!("read.lua"))),
             promote: Lua::new(&with_prelude(include_str!("promote.lua"))),

@@ -85,27 +85,30 @@ const WIPE_PAGE: usize = 1000;
 
 impl Store {
     /// Timers of `partition` changed since their state was last written (dirty, in a
-    /// page not confirmed yet, written by the intake and not confirmed, or waiting for
-    /// such a write): 0 once the state topic has caught up.
+    /// page not confirmed yet, or waiting for a write of the intake), and the intake's
+    /// apply calls whose written states are not confirmed: 0 once the state topic has
+    /// caught up.
     pub async fn unwritten(&self, partition: i32) -> Result<u64, StoreError> {
         let k = self.keys(partition);
         let (dirty, pending, writing, blocked): (u64, u64, u64, u64) = redis::pipe()
             .zcard(k.dirty())
             .scard(k.pending())
-            .zcard(k.writing())
+            .hlen(k.writing())
             .zcard(k.blocked())
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(dirty + pending + writing + blocked)
     }
 
-    /// Confirms the states the intake wrote for `ids` of `partition` held at `epoch`:
-    /// `delivered`, or not (they go back to the dirty set, for the checkpoint to write).
+    /// Confirms the states the intake wrote for the apply call of `partition` held at
+    /// `epoch` whose first command is at offset `first` ([`super::Written::first`]):
+    /// `delivered`, or not (its timers go back to the dirty set, for the checkpoint to
+    /// write).
     pub async fn written(
         &self,
         (partition, epoch): (i32, i64),
         delivered: bool,
-        ids: &[String],
+        first: i64,
     ) -> Result<(), StoreError> {
         let k = self.keys(partition);
         let mut inv = self.scripts.written.prepare_invoke();
@@ -114,10 +117,8 @@ impl Store {
             .key(k.dirty())
             .key(k.blocked())
             .arg(epoch)
-            .arg(if delivered { "delivered" } else { "failed" });
-        for id in ids {
-            inv.arg(id);
-        }
+            .arg(if delivered { "delivered" } else { "failed" })
+            .arg(first);
         self.counted("written", partition, &inv).await.map(|_| ())
     }
 
@@ -139,7 +140,6 @@ impl Store {
             .key(k.inflight())
             .key(k.offset())
             .key(k.deferred())
-            .key(k.deferred_offsets())
             .key(k.acks())
             .key(k.checkpoint())
             .key(k.writing())

@@ -2,14 +2,14 @@
 -- lean acknowledgement, src/store/done.rs): for each, the timer's own key must still hold
 -- exactly the record the claim read (so nothing changed the timer since); then it is
 -- replaced by the done record ktimer sent, expiring after the retention, its in-flight
--- member removed, and the timer leaves the deferred sets (its state was never written) or
+-- member removed, and the timer leaves the deferred set (its state was never written) or
 -- enters the dirty set (it owes a tombstone); its counts move from scheduled to fired
 -- (rec_tally, record.lua, prepended). No record is decoded here: Rust decided, Redis
 -- compares and stores.
 -- A fire whose key holds anything else (a timer changed, moved to a bucket, gone) is
 -- answered back untouched: ktimer acknowledges it through ack.lua, which decides.
--- KEYS: 1 epoch, 2 in-flight set, 3 dirty set, 4 deferred by due, 5 deferred by first
---       offset, 6 acknowledgement counter, 7 live timers per application
+-- KEYS: 1 epoch, 2 in-flight set, 3 dirty set, 4 deferred (by first offset),
+--       5 acknowledgement counter, 6 live timers per application
 -- ARGV: 1 expected epoch, 2 the partition's key prefix, 3 retention ms, then per fire 6
 --       values: in-flight member, timer id, record read, done record, application,
 --       '1' when its state was written (else '')
@@ -18,8 +18,8 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {-1}
 end
-redis.call('INCR', KEYS[6])
-rec_init(ARGV[2], ARGV[3], KEYS[7])
+redis.call('INCR', KEYS[5])
+rec_init(ARGV[2], ARGV[3], KEYS[6])
 local tprefix = ARGV[2] .. 't:'
 local gone, dirty, undefer, back = {}, {}, {}, {}
 for i = 4, #ARGV, 6 do
@@ -48,7 +48,6 @@ for i = 1, #dirty, 1000 do
 end
 for i = 1, #undefer, 1000 do
   redis.call('ZREM', KEYS[4], unpack(undefer, i, math.min(i + 999, #undefer)))
-  redis.call('ZREM', KEYS[5], unpack(undefer, i, math.min(i + 999, #undefer)))
 end
 rec_flush()
 local out = {n}

@@ -1,33 +1,34 @@
--- Confirms the states the intake wrote for timers (apply.lua answered them): delivered,
--- they leave the set of timers being written; not delivered, they go back to the dirty
--- set, so the next checkpoint writes their state (read again) instead. Either way a
--- timer a checkpoint put aside meanwhile (it changed again: blocked) is dirty again.
--- KEYS: 1 epoch, 2 timers whose state the intake writes (zset by first offset), 3 dirty set,
+-- Confirms the states the intake wrote for one apply call (apply.lua answered them;
+-- writing.lua, prepended): delivered, the call's entry leaves the writing hash; not
+-- delivered, its timers go back to the dirty set (scored by the call's first offset), so
+-- the next checkpoint writes their state (read again) instead. Either way a timer a
+-- checkpoint put aside meanwhile (it changed again: blocked) is dirty again.
+-- KEYS: 1 epoch, 2 the states the intake writes (hash, writing.lua), 3 dirty set,
 --       4 blocked (checkpoint.lua)
--- ARGV: 1 expected epoch, 2 'delivered' or 'failed', then the timer ids
--- Returns 1, or -1 when fenced (a new owner took the partition and its set with it).
+-- ARGV: 1 expected epoch, 2 'delivered' or 'failed', 3 the entry (its call's first offset)
+-- Returns 1, or -1 when fenced (a new owner took the partition and its entries with it).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
+local entry = redis.call('HGET', KEYS[2], ARGV[3])
+if not entry then
+  return 1
+end
+local ids = writing_ids(entry)
 if ARGV[2] == 'failed' then
-  for i = 3, #ARGV do
-    local first = redis.call('ZSCORE', KEYS[2], ARGV[i])
-    if first then
-      redis.call('ZADD', KEYS[3], 'LT', first, ARGV[i])
-    end
+  for _, id in ipairs(ids) do
+    redis.call('ZADD', KEYS[3], 'LT', ARGV[3], id)
   end
 end
 -- (Usually none is blocked: one call instead of a look-up per id.)
 if redis.call('ZCARD', KEYS[4]) > 0 then
-  for i = 3, #ARGV do
-    local first = redis.call('ZSCORE', KEYS[4], ARGV[i])
+  for _, id in ipairs(ids) do
+    local first = redis.call('ZSCORE', KEYS[4], id)
     if first then
-      redis.call('ZADD', KEYS[3], 'LT', first, ARGV[i])
-      redis.call('ZREM', KEYS[4], ARGV[i])
+      redis.call('ZADD', KEYS[3], 'LT', first, id)
+      redis.call('ZREM', KEYS[4], id)
     end
   end
 end
-for i = 3, #ARGV, 1000 do
-  redis.call('ZREM', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-end
+redis.call('HDEL', KEYS[2], ARGV[3])
 return 1
