@@ -96,7 +96,7 @@ impl Store {
         swaps: &[&Swap],
     ) -> Result<(i64, HashSet<String>), StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.swap.prepare_invoke();
+        let mut inv = self.scripts.swap.call();
         inv.key(k.epoch())
             .key(k.inflight())
             .key(k.dirty())
@@ -115,7 +115,7 @@ impl Store {
                 .arg(if s.written { "1" } else { "" });
         }
         let mut p = redis::pipe();
-        p.invoke_script(&inv);
+        inv.add_to(&mut p);
         let (reply,): (Vec<redis::Value>,) = self.run("swap", &p).await?;
         let mut it = reply.into_iter();
         let n = match it.next() {
@@ -137,7 +137,7 @@ impl Store {
         lines: &[String],
     ) -> Result<i64, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.ack.prepare_invoke();
+        let mut inv = self.scripts.ack.call();
         inv.key(k.epoch())
             .key(k.inflight())
             .key(k.cron())
@@ -153,7 +153,7 @@ impl Store {
         for l in lines {
             inv.arg(l);
         }
-        self.counted("ack", partition, &inv).await
+        self.counted("ack", partition, inv).await
     }
 }
 

@@ -2,6 +2,7 @@
 
 use super::cron::refill_at;
 use super::fresh::{Fresh, FreshState};
+use super::scripts::Call as ScriptCall;
 use super::state::States;
 use super::{bad_reply, Store, StoreError};
 use crate::codec;
@@ -9,7 +10,7 @@ use crate::command::MisfirePolicy;
 use crate::timer::{
     Applied, ApplyOutcome, ApplyRequest, Op, Schedule, TimerDef, TimerFields, TimerState,
 };
-use redis::{FromRedisValue, Pipeline, ScriptInvocation, ToRedisArgs};
+use redis::{FromRedisValue, Pipeline, ToRedisArgs};
 use std::collections::{BTreeMap, HashMap};
 
 /// Most commands of one partition applied in one script call: bounds how long one call
@@ -107,7 +108,7 @@ impl Store {
         for (c, chunk) in chunks.iter().enumerate() {
             let first = &reqs[chunk[0]];
             let k = self.keys(first.partition);
-            let mut inv = self.scripts.apply.prepare_invoke();
+            let mut inv = self.scripts.apply.call();
             inv.key(k.epoch())
                 .key(k.offset())
                 .key(k.index())
@@ -136,19 +137,19 @@ impl Store {
                 }
             }
             let (p, calls) = pipes.entry(first.partition).or_default();
-            p.invoke_script(&inv);
+            inv.add_to(p);
             calls.push(Call::Chunk(c));
         }
         for (i, m) in marks.iter().enumerate() {
             let k = self.keys(m.partition);
-            let mut inv = self.scripts.mark.prepare_invoke();
+            let mut inv = self.scripts.mark.call();
             inv.key(k.epoch())
                 .key(k.offset())
                 .arg(m.epoch)
                 .arg(m.offset)
                 .arg(m.floor);
             let (p, calls) = pipes.entry(m.partition).or_default();
-            p.invoke_script(&inv);
+            inv.add_to(p);
             calls.push(Call::Mark(i));
         }
         let replies = futures::future::try_join_all(
@@ -226,7 +227,7 @@ trait Args {
     fn push<T: ToRedisArgs>(&mut self, a: T);
 }
 
-impl Args for ScriptInvocation<'_> {
+impl Args for ScriptCall<'_> {
     fn push<T: ToRedisArgs>(&mut self, a: T) {
         self.arg(a);
     }

@@ -28,14 +28,14 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<CronDue>, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.cron_due.prepare_invoke();
+        let mut inv = self.scripts.cron_due.call();
         inv.key(k.epoch())
             .key(k.cron())
             .arg(epoch)
             .arg(now_ms)
             .arg(limit)
             .arg(k.base());
-        let reply: Vec<String> = self.listed("cron_due", partition, &inv).await?;
+        let reply: Vec<String> = self.listed("cron_due", partition, inv).await?;
         reply.chunks_exact(4).map(parse_cron_due).collect()
     }
 
@@ -48,7 +48,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<i64, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.materialize.prepare_invoke();
+        let mut inv = self.scripts.materialize.call();
         inv.key(k.epoch())
             .key(k.index())
             .key(k.cron())
@@ -69,7 +69,7 @@ impl Store {
                 inv.arg(d);
             }
         }
-        self.counted("materialize", partition, &inv).await
+        self.counted("materialize", partition, inv).await
     }
 
     /// Moves the one-shot timers of `partition` due up to `through_ms` from the bucket
@@ -83,7 +83,7 @@ impl Store {
         budget: usize,
     ) -> Result<bool, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.promote.prepare_invoke();
+        let mut inv = self.scripts.promote.call();
         inv.key(k.epoch())
             .key(k.index())
             .key(k.record_meta())
@@ -92,7 +92,7 @@ impl Store {
             .arg(k.slice_prefix())
             .arg(through_ms)
             .arg(budget);
-        Ok(self.counted("promote", partition, &inv).await? > 0)
+        Ok(self.counted("promote", partition, inv).await? > 0)
     }
 }
 

@@ -21,14 +21,14 @@ impl Store {
     /// the new epoch.
     pub async fn acquire(&self, partition: i32, now_ms: i64) -> Result<i64, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.acquire.prepare_invoke();
+        let mut inv = self.scripts.acquire.call();
         inv.key(k.epoch())
             .key(k.writing())
             .key(k.dirty())
             .key(k.blocked())
             .arg(now_ms);
         let mut p = redis::pipe();
-        p.invoke_script(&inv);
+        inv.add_to(&mut p);
         let (epoch,): (i64,) = self.run("acquire", &p).await?;
         Ok(epoch)
     }

@@ -39,7 +39,7 @@ impl Store {
         w: ClaimWindow,
     ) -> Result<Claimed, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.claim.prepare_invoke();
+        let mut inv = self.scripts.claim.call();
         inv.key(k.epoch())
             .key(k.index())
             .key(k.inflight())
@@ -62,7 +62,7 @@ impl Store {
         for (app, quota) in &w.quotas {
             inv.arg(app).arg(quota);
         }
-        let reply: Vec<Vec<u8>> = self.listed("claim", partition, &inv).await?;
+        let reply: Vec<Vec<u8>> = self.listed("claim", partition, inv).await?;
         parse_claimed(reply)
     }
 
@@ -96,7 +96,7 @@ impl Store {
         now_ms: i64,
     ) -> Result<Vec<Fire>, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.recover.prepare_invoke();
+        let mut inv = self.scripts.recover.call();
         inv.key(k.epoch())
             .key(k.inflight())
             .key(k.cron())
@@ -110,7 +110,7 @@ impl Store {
         for m in members {
             inv.arg(m);
         }
-        let reply: Vec<Vec<u8>> = self.listed("recover", partition, &inv).await?;
+        let reply: Vec<Vec<u8>> = self.listed("recover", partition, inv).await?;
         parse_fires(reply.into_iter(), false)
     }
 }

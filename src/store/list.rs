@@ -60,7 +60,7 @@ impl Store {
         f: &ListFilter,
     ) -> Result<(Option<String>, Vec<TimerSummary>), StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.list.prepare_invoke();
+        let mut inv = self.scripts.list.call();
         inv.key(k.record_meta())
             .arg(k.base())
             .arg(cursor)
@@ -71,7 +71,7 @@ impl Store {
             .arg(f.limit.max(1))
             .arg(LIST_BUDGET);
         let mut p = redis::pipe();
-        p.invoke_script(&inv);
+        inv.add_to(&mut p);
         let (reply,): (Vec<String>,) = self.run("list", &p).await?;
         parse_page(partition, reply)
     }

@@ -68,8 +68,9 @@ pub use view::{DeadLetters, Overdue, TimerView};
 
 use crate::retry::Retryable;
 use conn::{Client, Conn};
-use redis::{Pipeline, ScriptInvocation};
+use redis::Pipeline;
 pub use scripts::script_names;
+use scripts::Call;
 use scripts::Scripts;
 use std::sync::Arc;
 
@@ -275,10 +276,10 @@ impl Store {
         &self,
         op: &'static str,
         partition: i32,
-        inv: &ScriptInvocation<'_>,
+        inv: Call<'_>,
     ) -> Result<i64, StoreError> {
         let mut p = redis::pipe();
-        p.invoke_script(inv);
+        inv.add_to(&mut p);
         let (n,): (i64,) = self.run(op, &p).await?;
         if n < 0 {
             return Err(StoreError::Fenced(partition));
@@ -292,10 +293,10 @@ impl Store {
         &self,
         op: &'static str,
         partition: i32,
-        inv: &ScriptInvocation<'_>,
+        inv: Call<'_>,
     ) -> Result<Vec<T>, StoreError> {
         let mut p = redis::pipe();
-        p.invoke_script(inv);
+        inv.add_to(&mut p);
         let (reply,): (redis::Value,) = self.run(op, &p).await?;
         let reply: Vec<T> = packed::items(reply)?;
         if reply.first().map(|h| h.as_ref()) == Some(&b"fenced"[..]) {

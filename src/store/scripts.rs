@@ -1,7 +1,7 @@
 //! The Lua scripts (`src/store/*.lua`), each with the prelude it needs, loaded into Redis
 //! once at start (and again only if Redis lost them).
 
-use redis::Script;
+use redis::{Cmd, Pipeline, Script, ToRedisArgs};
 
 /// Timer records (`record.lua`: their packing, history and tallies; `place.lua`: where a
 /// timer lives: the bucket or a key of its own) and timer helpers (`misfire.lua`: misfire planning,
@@ -33,6 +33,61 @@ impl Lua {
             script: Script::new(code),
             code: code.to_string(),
         }
+    }
+}
+
+impl Lua {
+    /// A call of this script, to fill with its keys and then its arguments.
+    pub(super) fn call(&self) -> Call<'_> {
+        Call {
+            sha: self.script.get_hash(),
+            keys: Vec::with_capacity(16),
+            cmd: None,
+        }
+    }
+}
+
+/// One call of a script, written straight into its `EVALSHA` command: the keys (every
+/// one before the first argument), then the arguments, each written once into the
+/// command's buffer (no vector per argument, no second copy: a chunk of commands has
+/// about 20 arguments per command).
+pub(super) struct Call<'a> {
+    sha: &'a str,
+    keys: Vec<Vec<u8>>,
+    /// The command, begun at the first argument (its key count is known then).
+    cmd: Option<Cmd>,
+}
+
+impl Call<'_> {
+    /// Adds a key.
+    pub(super) fn key<K: ToRedisArgs>(&mut self, key: K) -> &mut Self {
+        assert!(
+            self.cmd.is_none(),
+            "a script's keys come before its arguments"
+        );
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// Adds an argument.
+    pub(super) fn arg<A: ToRedisArgs>(&mut self, arg: A) -> &mut Self {
+        self.command().arg(arg);
+        self
+    }
+
+    fn command(&mut self) -> &mut Cmd {
+        let Call { sha, keys, cmd } = self;
+        cmd.get_or_insert_with(|| {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(*sha).arg(keys.len()).arg(&keys[..]);
+            c
+        })
+    }
+
+    /// Appends the call to pipeline `p`.
+    pub(super) fn add_to(mut self, p: &mut Pipeline) {
+        self.command();
+        p.add_command(self.cmd.take().expect("begun"));
     }
 }
 

@@ -111,7 +111,7 @@ impl Store {
         first: i64,
     ) -> Result<(), StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.written.prepare_invoke();
+        let mut inv = self.scripts.written.call();
         inv.key(k.epoch())
             .key(k.writing())
             .key(k.dirty())
@@ -119,7 +119,7 @@ impl Store {
             .arg(epoch)
             .arg(if delivered { "delivered" } else { "failed" })
             .arg(first);
-        self.counted("written", partition, &inv).await.map(|_| ())
+        self.counted("written", partition, inv).await.map(|_| ())
     }
 
     /// Takes one page of `partition`'s checkpoint at `now_ms`: up to `limits.0` changed
@@ -132,7 +132,7 @@ impl Store {
         (max_timers, max_in_flight): (usize, usize),
     ) -> Result<CheckpointPage, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.checkpoint.prepare_invoke();
+        let mut inv = self.scripts.checkpoint.call();
         inv.key(k.epoch())
             .key(k.dirty())
             .key(k.pending())
@@ -155,7 +155,7 @@ impl Store {
             .arg(DEFER_GRACE_MS)
             .arg(floor);
         let mut p = redis::pipe();
-        p.invoke_script(&inv);
+        inv.add_to(&mut p);
         let (reply,): (Vec<Value>,) = self.run("checkpoint", &p).await?;
         parse_page(reply, partition)
     }
@@ -169,14 +169,14 @@ impl Store {
         sequence: Option<i64>,
     ) -> Result<(), StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.checkpointed.prepare_invoke();
+        let mut inv = self.scripts.checkpointed.call();
         inv.key(k.epoch())
             .key(k.pending())
             .key(k.checkpoint())
             .arg(epoch)
             .arg(sequence.map(|s| s.to_string()).unwrap_or_default())
             .arg(floor);
-        self.counted("checkpointed", partition, &inv)
+        self.counted("checkpointed", partition, inv)
             .await
             .map(|_| ())
     }
@@ -192,7 +192,7 @@ impl Store {
         last: Option<&Restored<'_>>,
     ) -> Result<i64, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.restore.prepare_invoke();
+        let mut inv = self.scripts.restore.call();
         inv.key(k.epoch())
             .key(k.index())
             .key(k.inflight())
@@ -228,7 +228,7 @@ impl Store {
                 inv.arg(name).arg(value.as_slice());
             }
         }
-        self.counted("restore", partition, &inv).await
+        self.counted("restore", partition, inv).await
     }
 
     /// Deletes every key of `partition` but its epoch (Redis data too old to keep);

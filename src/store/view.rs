@@ -107,10 +107,10 @@ impl Store {
         timer_id: &str,
     ) -> Result<Option<TimerView>, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.read.prepare_invoke();
+        let mut inv = self.scripts.read.call();
         inv.key(k.record_meta()).arg(k.base()).arg(timer_id);
         let mut p = redis::pipe();
-        p.invoke_script(&inv);
+        inv.add_to(&mut p);
         let (fields,): (HashMap<String, Vec<u8>>,) = self.run("read", &p).await?;
         Ok(TimerView::from_fields(timer_id, &fields))
     }
