@@ -281,8 +281,17 @@ async fn states_the_intake_writes_hold_the_checkpoint_until_confirmed() {
     let (applied, _, written) = w.store.apply_writing(&[req], &[], T0).await.unwrap();
     assert_eq!(applied[0].state, Some(TimerState::Scheduled));
     assert_eq!(written.len(), 1);
-    let (id, fields) = &written[0].timers[0];
-    let fields = fields.as_ref().expect("a state, not a tombstone");
+    assert!(
+        written[0].timers.is_empty(),
+        "a new timer's state is built by ktimer"
+    );
+    let (id, state) = &written[0].fresh[0];
+    let fields = state.clone().fields();
+    assert_eq!(
+        ktimer::codec::decode_timer_state(&state.encode().unwrap()).unwrap(),
+        fields,
+        "its record holds its fields"
+    );
     assert_eq!((id.as_str(), written[0].epoch), ("a", w.epoch));
     assert_eq!(fields.fields["st"].as_ref(), b"scheduled");
     assert_eq!(

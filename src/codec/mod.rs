@@ -12,7 +12,10 @@
 
 mod state;
 
-pub use state::{decode_checkpoint, decode_timer_state, encode_checkpoint, encode_timer_state};
+pub use state::{
+    decode_checkpoint, decode_timer_state, encode_checkpoint, encode_timer_state,
+    encode_timer_state_pairs,
+};
 
 use crate::command::{CommandResult, FiredEvent, TimerCommand};
 use crate::timer::TimerDef;

@@ -12,6 +12,37 @@ pub fn encode_timer_state(t: &TimerFields) -> Result<Vec<u8>, CodecError> {
     Ok(out)
 }
 
+/// Encodes a timer's state record given as (field, value) pairs in field order: the bytes
+/// [`encode_timer_state`] writes for the same fields, without building a [`TimerFields`]
+/// (a new timer's state, written with every create).
+pub fn encode_timer_state_pairs(pairs: &[(&str, &[u8])]) -> Result<Vec<u8>, CodecError> {
+    debug_assert!(pairs.windows(2).all(|w| w[0].0 < w[1].0), "in field order");
+    let mut out = Vec::new();
+    SCHEMAS.timer_state.datum(&StatePairs(pairs), &mut out)?;
+    Ok(out)
+}
+
+/// A timer state's fields, borrowed, serialised as [`TimerFields`] is.
+struct StatePairs<'a>(&'a [(&'a str, &'a [u8])]);
+
+impl serde::Serialize for StatePairs<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut record = s.serialize_struct("TimerState", 1)?;
+        record.serialize_field("fields", &FieldMap(self.0))?;
+        record.end()
+    }
+}
+
+/// The `fields` map of [`StatePairs`].
+struct FieldMap<'a>(&'a [(&'a str, &'a [u8])]);
+
+impl serde::Serialize for FieldMap<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k, serde_bytes::Bytes::new(v))))
+    }
+}
+
 /// Decodes what [`encode_timer_state`] wrote.
 pub fn decode_timer_state(bytes: &[u8]) -> Result<TimerFields, CodecError> {
     SCHEMAS.timer_state.read_datum(bytes)

@@ -33,9 +33,14 @@ pub(crate) struct StateWrites {
 pub(crate) async fn send(sink: &Sink, written: Vec<Written>) -> Vec<StateWrites> {
     let mut writes = Vec::with_capacity(written.len());
     for w in written {
-        let mut sent = Vec::with_capacity(w.timers.len());
-        for (id, fields) in w.timers {
+        let mut sent = Vec::with_capacity(w.timers.len() + w.fresh.len());
+        // New timers' states as ktimer built them, then the states Redis answered.
+        let built = w.fresh.iter().map(|(id, f)| (id, f.encode().map(Some)));
+        let answered = w.timers.iter().map(|(id, fields)| {
             let value = fields.as_ref().map(encode_timer_state).transpose();
+            (id, value)
+        });
+        for (id, value) in built.chain(answered) {
             sent.push(match value {
                 Ok(v) => {
                     sink.send_state(w.partition, id.as_bytes(), v.as_deref())

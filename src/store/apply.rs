@@ -49,6 +49,9 @@ pub struct Written {
     pub first: i64,
     /// Per timer its state after the chunk, or `None` for a tombstone.
     pub timers: Vec<(String, Option<TimerFields>)>,
+    /// The new one-shot timers whose states ktimer built (the common case; each timer is
+    /// in one of the two lists).
+    pub fresh: Vec<(String, FreshState)>,
 }
 
 /// What an apply did: per command, the partitions whose epoch moved, and the states to
@@ -167,18 +170,25 @@ impl Store {
                 Call::Chunk(c) => {
                     let row: Vec<redis::Value> = super::packed::items(v)?;
                     let p = reqs[chunks[c][0]].partition;
-                    let sent = |off: i64| fresh.remove(&(p, off)).map(FreshState::fields);
+                    let mut sent_states = Vec::new();
+                    let sent = |id: String, off: i64| {
+                        let state = fresh.remove(&(p, off));
+                        let state = state.ok_or_else(|| bad_reply(format!("no state at {off}")))?;
+                        sent_states.push((id, state));
+                        Ok(())
+                    };
                     let (answers, timers) = parse_chunk(row, chunks[c].len(), sent)?;
                     for (&i, a) in chunks[c].iter().zip(answers) {
                         applied[i] = Some(a);
                     }
-                    if !timers.is_empty() {
+                    if !timers.is_empty() || !sent_states.is_empty() {
                         let first = &reqs[chunks[c][0]];
                         written.push(Written {
                             partition: first.partition,
                             epoch: first.epoch,
                             first: first.offset,
                             timers,
+                            fresh: sent_states,
                         });
                     }
                 }
@@ -346,7 +356,7 @@ fn misfire_code(p: MisfirePolicy) -> &'static str {
 fn parse_chunk(
     row: Vec<redis::Value>,
     n: usize,
-    sent: impl FnMut(i64) -> Option<TimerFields>,
+    sent: impl FnMut(String, i64) -> Result<(), StoreError>,
 ) -> Result<(Vec<Applied>, States), StoreError> {
     if row.len() == 1 && matches!(&row[0], redis::Value::BulkString(b) if b == b"fenced") {
         return Ok((vec![Applied::fenced(); n], vec![]));

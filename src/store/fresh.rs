@@ -10,6 +10,7 @@
 //! and the packed parts are what `rec_pack` would write for them (tests/store.rs holds
 //! both against record.lua on a real Redis).
 
+use crate::codec::{encode_timer_state_pairs, CodecError};
 use crate::timer::{ApplyRequest, TimerFields};
 use serde_bytes::ByteBuf;
 
@@ -101,6 +102,35 @@ impl Fresh {
 }
 
 impl FreshState {
+    /// The timer's state record for the state topic: the bytes of
+    /// `encode_timer_state(&self.fields())`, without building the fields.
+    pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
+        let v = self.offset.to_string();
+        let due = self.due_ms.to_string();
+        let mut pairs: [(&str, &[u8]); 9] = [
+            ("a", self.application.as_bytes()),
+            ("d", &self.def),
+            ("due", due.as_bytes()),
+            ("h", b""),
+            ("k", b"o"),
+            ("p", b"1"),
+            ("rq", self.request_id.as_bytes()),
+            ("st", b"scheduled"),
+            ("v", v.as_bytes()),
+        ];
+        let pairs: &[(&str, &[u8])] = match &self.history {
+            Some(h) => {
+                pairs[3].1 = h;
+                &pairs
+            }
+            None => {
+                pairs.copy_within(4.., 3);
+                &pairs[..8]
+            }
+        };
+        encode_timer_state_pairs(pairs)
+    }
+
     /// The timer's fields once created, as the state topic takes them (state owed: `p`).
     pub fn fields(self) -> TimerFields {
         let mut fields = vec![
@@ -134,4 +164,28 @@ fn write_int(out: &mut Vec<u8>, n: i64) {
 fn write_str(out: &mut Vec<u8>, s: &[u8]) {
     rmp::encode::write_str_len(out, s.len() as u32).expect("writing to a Vec");
     out.extend_from_slice(s);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{decode_timer_state, encode_timer_state};
+
+    #[test]
+    fn a_new_timers_state_encodes_as_its_fields_do() {
+        for history in [None, Some(vec![0x91, 0x92, 0x00, 0x05])] {
+            let state = FreshState {
+                offset: 1_234_567,
+                request_id: "req-1".into(),
+                due_ms: 1_700_000_060_000,
+                application: "orders".into(),
+                def: vec![0, 255, 3, 7],
+                history,
+            };
+            let bytes = state.encode().unwrap();
+            let fields = state.fields();
+            assert_eq!(bytes, encode_timer_state(&fields).unwrap());
+            assert_eq!(decode_timer_state(&bytes).unwrap(), fields);
+        }
+    }
 }

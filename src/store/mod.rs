@@ -60,6 +60,7 @@ pub use cron::CronDue;
 pub use done::{swap, Swap};
 pub use epoch::PartitionState;
 pub use fires::ClaimWindow;
+pub use fresh::FreshState;
 pub use history::{EntryOutcome, HistoryEntry};
 pub use keys::Keys;
 pub use list::{ListFilter, TimerSummary};

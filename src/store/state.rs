@@ -289,7 +289,11 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
     for _ in 0..m {
         page.in_flight.push(text(next()?)?);
     }
-    page.timers = parse_states(it, |_| None)?;
+    page.timers = parse_states(it, |id, off| {
+        Err(bad_reply(format!(
+            "checkpoint: no state was sent for {id} at {off}"
+        )))
+    })?;
     Ok(page)
 }
 
@@ -301,10 +305,10 @@ const SENT: i64 = -2;
 
 /// Timer states as checkpoint.lua and apply.lua answer them: per timer its id, n, and n
 /// field/value pairs (n = -1: a tombstone; n = -2, then an offset: the state the owner
-/// sent with the command at that offset, which `sent` hands over).
+/// sent with the command at that offset, handed to `sent` with the timer id instead).
 pub(super) fn parse_states(
     mut it: impl Iterator<Item = Value>,
-    mut sent: impl FnMut(i64) -> Option<TimerFields>,
+    mut sent: impl FnMut(String, i64) -> Result<(), StoreError>,
 ) -> Result<States, StoreError> {
     let int =
         |v: Value| -> Result<i64, StoreError> { redis::from_redis_value(v).map_err(bad_reply) };
@@ -316,8 +320,7 @@ pub(super) fn parse_states(
         let n = int(it.next().ok_or_else(|| bad_reply("short timer"))?)?;
         if n == SENT {
             let off = int(it.next().ok_or_else(|| bad_reply("short sent state"))?)?;
-            let fields = sent(off).ok_or_else(|| bad_reply(format!("no state sent at {off}")))?;
-            timers.push((id, Some(fields)));
+            sent(id, off)?;
             continue;
         }
         if n < 0 {
