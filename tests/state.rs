@@ -286,7 +286,7 @@ async fn states_the_intake_writes_hold_the_checkpoint_until_confirmed() {
         "a new timer's state is built by ktimer"
     );
     let (id, state) = &written[0].fresh[0];
-    let fields = state.clone().fields();
+    let fields = state.fields();
     assert_eq!(
         ktimer::codec::decode_timer_state(&state.encode().unwrap()).unwrap(),
         fields,

@@ -105,6 +105,20 @@ impl FreshState {
     /// The timer's state record for the state topic: the bytes of
     /// `encode_timer_state(&self.fields())`, without building the fields.
     pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
+        self.with_pairs(encode_timer_state_pairs)
+    }
+
+    /// The timer's fields once created, as the state topic takes them (state owed: `p`).
+    pub fn fields(&self) -> TimerFields {
+        self.with_pairs(|pairs| TimerFields {
+            fields: (pairs.iter())
+                .map(|(k, v)| (k.to_string(), ByteBuf::from(v.to_vec())))
+                .collect(),
+        })
+    }
+
+    /// `f` of the timer's (field, value) pairs, in field order: the one list of them.
+    fn with_pairs<R>(&self, f: impl FnOnce(&[(&str, &[u8])]) -> R) -> R {
         let v = self.offset.to_string();
         let due = self.due_ms.to_string();
         let mut pairs: [(&str, &[u8]); 9] = [
@@ -118,39 +132,15 @@ impl FreshState {
             ("st", b"scheduled"),
             ("v", v.as_bytes()),
         ];
-        let pairs: &[(&str, &[u8])] = match &self.history {
+        match &self.history {
             Some(h) => {
                 pairs[3].1 = h;
-                &pairs
+                f(&pairs)
             }
             None => {
                 pairs.copy_within(4.., 3);
-                &pairs[..8]
+                f(&pairs[..8])
             }
-        };
-        encode_timer_state_pairs(pairs)
-    }
-
-    /// The timer's fields once created, as the state topic takes them (state owed: `p`).
-    pub fn fields(self) -> TimerFields {
-        let mut fields = vec![
-            ("v", self.offset.to_string().into_bytes()),
-            ("st", b"scheduled".to_vec()),
-            ("rq", self.request_id.into_bytes()),
-            ("k", b"o".to_vec()),
-            ("due", self.due_ms.to_string().into_bytes()),
-            ("a", self.application.into_bytes()),
-            ("d", self.def),
-            ("p", b"1".to_vec()),
-        ];
-        if let Some(h) = self.history {
-            fields.push(("h", h));
-        }
-        TimerFields {
-            fields: fields
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), ByteBuf::from(v)))
-                .collect(),
         }
     }
 }

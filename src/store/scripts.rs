@@ -34,9 +34,7 @@ impl Lua {
             code: code.to_string(),
         }
     }
-}
 
-impl Lua {
     /// A call of this script, to fill with its keys and then its arguments.
     pub(super) fn call(&self) -> Call<'_> {
         Call {

@@ -1,6 +1,10 @@
+use super::args::command_args;
 use super::*;
+use crate::codec;
 use crate::command::{Callback, MisfirePolicy};
 use crate::schedule::{CronSpec, Occurrences};
+use crate::store::fresh::Fresh;
+use crate::timer::{Op, Schedule, TimerDef};
 
 fn req(partition: i32, offset: i64, op: Op) -> ApplyRequest {
     ApplyRequest {

@@ -1,0 +1,130 @@
+//! The arguments of one command in an `apply.lua` call (pure request building: the
+//! layout is the header of apply.lua; unit tests in `tests.rs`).
+
+use crate::codec;
+use crate::command::MisfirePolicy;
+use crate::store::cron::refill_at;
+use crate::store::fresh::{Fresh, FreshState};
+use crate::store::scripts::Call as ScriptCall;
+use crate::store::{bad_reply, StoreError};
+use crate::timer::{ApplyRequest, Op, Schedule, TimerDef};
+use redis::ToRedisArgs;
+
+/// Where a command's arguments go: straight into the script call, or into a list (tests).
+pub(super) trait Args {
+    fn push<T: ToRedisArgs>(&mut self, a: T);
+}
+
+impl Args for ScriptCall<'_> {
+    fn push<T: ToRedisArgs>(&mut self, a: T) {
+        self.arg(a);
+    }
+}
+
+impl Args for Vec<Vec<u8>> {
+    fn push<T: ToRedisArgs>(&mut self, a: T) {
+        a.write_redis_args(self);
+    }
+}
+
+/// Appends the argument group of one command (see the header of apply.lua): offset, op,
+/// timer id, request id, kind, due, definition, cron spec, misfire, max fires,
+/// materialised through, next refill, origin, application, its pending limit in the
+/// partition, its pacing, the record of a new one-shot timer ([`Fresh`], with the short
+/// history entry when `history`), the number of occurrences and the occurrences.
+/// Answers the state of the new one-shot timer, for apply.lua's answer that it used it.
+pub(super) fn command_args(
+    r: &ApplyRequest,
+    now_ms: i64,
+    history: bool,
+    out: &mut impl Args,
+) -> Result<Option<FreshState>, StoreError> {
+    out.push(r.offset);
+    out.push(op_name(&r.op));
+    out.push(&r.timer_id);
+    out.push(&r.request_id);
+    let schedule = match &r.op {
+        Op::Create { schedule, .. } | Op::Update { schedule, .. } => Some(schedule),
+        _ => None,
+    };
+    let encode = |d: &TimerDef| codec::encode_stored(d).map_err(bad_reply);
+    let def = r.op.def().map(encode).transpose()?.unwrap_or_default();
+    let text = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_default();
+    let mut fresh = None;
+    match schedule {
+        Some(Schedule::Once { due_ms }) => {
+            out.push("o");
+            out.push(due_ms);
+            if let Op::Create { def: d, .. } = &r.op {
+                let deferred = *due_ms <= now_ms + super::super::state::DEFER_MS;
+                let f = Fresh::new(r, *due_ms, &def, &d.application, now_ms, deferred, history);
+                fresh = Some(f);
+            }
+            out.push(def);
+            (0..5).for_each(|_| out.push(""));
+        }
+        Some(Schedule::Cron {
+            spec,
+            first,
+            next_ms,
+        }) => {
+            out.push("c");
+            out.push(text(*next_ms));
+            out.push(def);
+            out.push(serde_json::to_vec(spec).map_err(bad_reply)?);
+            out.push(misfire_code(spec.misfire));
+            out.push(text(spec.max_fires));
+            out.push(first.covered_ms);
+            out.push(refill_at(first, now_ms));
+        }
+        None => {
+            out.push("");
+            out.push(match r.op {
+                Op::FireNow { at_ms } => at_ms.to_string(),
+                _ => String::new(),
+            });
+            out.push(def);
+            (0..5).for_each(|_| out.push(""));
+        }
+    }
+    out.push(match r.op {
+        Op::Resume { origin_ms } => origin_ms,
+        _ => 0,
+    });
+    out.push(&r.application);
+    out.push(r.max_pending.map(|n| n.to_string()).unwrap_or_default());
+    out.push(if r.paced { "1" } else { "" });
+    match &fresh {
+        Some(f) => {
+            out.push(&f.head);
+            out.push(&f.tail);
+        }
+        None => (0..2).for_each(|_| out.push("")),
+    }
+    let dues = match schedule {
+        Some(Schedule::Cron { first, .. }) => first.dues.as_slice(),
+        _ => &[],
+    };
+    out.push(dues.len());
+    dues.iter().for_each(|d| out.push(d));
+    Ok(fresh.and_then(|f| f.state))
+}
+
+fn op_name(op: &Op) -> &'static str {
+    match op {
+        Op::Create { .. } => "create",
+        Op::Update { .. } => "update",
+        Op::Pause => "pause",
+        Op::Resume { .. } => "resume",
+        Op::Cancel => "cancel",
+        Op::FireNow { .. } => "fire",
+    }
+}
+
+fn misfire_code(p: MisfirePolicy) -> &'static str {
+    match p {
+        MisfirePolicy::FireOnce => "once",
+        MisfirePolicy::FireAll => "all",
+        MisfirePolicy::Skip => "skip",
+    }
+}
