@@ -83,19 +83,20 @@ local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
 local deferred = false
 -- Set by each command: whether Redis held a record of its timer before it.
 local existed = false
--- Minutes entered in the slice index by this call (one ZADD per minute).
+-- Minutes entered in the slice index by this call (one ZADD per minute), as strings.
 local indexed = {}
-
 -- The application of the command being applied when its fires are paced, else nil.
 local paced_app = nil
 
-local function slice_add(d, member)
+-- Adds `member`, due `d` (a string; `nd` the same as a number, when known), to its slice
+-- or parked set. (Minutes as integer strings: Lua and Redis would printf numbers %.14g.)
+local function slice_add(d, member, nd)
   if paced_app then
     redis.call('ZADD', KEYS[10] .. ':' .. paced_app, d, member)
     redis.call('ZADD', KEYS[10], 'LT', d, paced_app)
     return
   end
-  local minute = math.floor(tonumber(d) / 60000)
+  local minute = string.format('%d', math.floor((nd or tonumber(d)) / 60000))
   redis.call('ZADD', ARGV[3] .. minute, d, member)
   if not indexed[minute] then
     redis.call('ZADD', KEYS[3], minute, minute)
@@ -106,7 +107,7 @@ end
 -- Removes the pending member of a one-shot timer of application `app`: from its slice,
 -- else from the application's parked set (claim.lua), if it is there.
 local function slice_remove(d, member, app)
-  local minute = math.floor(tonumber(d) / 60000)
+  local minute = string.format('%d', math.floor(tonumber(d) / 60000))
   local skey = ARGV[3] .. minute
   local removed = redis.call('ZREM', skey, member)
   if removed == 1 and redis.call('EXISTS', skey) == 0 then
@@ -226,13 +227,13 @@ local function apply_one(a)
     end
     if not t and ARGV[a + 4] == 'o' and ARGV[a + 16] ~= '' then
       -- A new one-shot timer (the common case): its record comes packed by the owner.
-      local due_arg = ARGV[a + 5]
-      if tonumber(due_arg) <= soon then
+      local due_arg, due = ARGV[a + 5], tonumber(ARGV[a + 5])
+      if due <= soon then
         redis.call('ZADD', KEYS[7], 'LT', off, id)
         deferred = true
       end
-      rec_put_fresh(id, tonumber(due_arg), app, ARGV[a + 16], ARGV[a + 6], ARGV[a + 17])
-      slice_add(due_arg, id)
+      rec_put_fresh(id, due, app, ARGV[a + 16], ARGV[a + 6], ARGV[a + 17])
+      slice_add(due_arg, id, due)
       return 'accepted', '', {v = off, st = 'scheduled', due = due_arg, _fresh = true}
     end
     -- A timer whose state was written keeps owing its record (field p); one created

@@ -11,11 +11,14 @@
 --       sequence Redis may hold, 10 most bytes of definitions to answer, 11.. pairs of
 --       application and the most fires of it to take (its quota; others: no quota)
 -- Returns, packed with cmsgpack (one string; src/store/packed.rs reads it), {next due ms
--- or '', vanished, full, n, member, definition, record, member, definition, record,
--- ..., then n pairs of application and parked members due left}, or {'fenced'}; a member
--- is the in-flight member "version:due:id"; `record` is the packed record of a one-shot
--- timer as read from its own key, up to SWAP_MAX bytes ('' for others: src/store/done.rs
--- acknowledges a fire by swapping it for its done form); `vanished` counts slice members whose timer
+-- or '', vanished, full, n, k, member, definition, record, member, definition, record,
+-- ..., then n pairs of application and parked members due left, then k pairs of
+-- definition prefix number and prefix}, or {'fenced'}; a member is the in-flight member
+-- "version:due:id"; `record` is the packed record of a one-shot timer as read from its
+-- own key, up to SWAP_MAX bytes ('' for others: src/store/done.rs acknowledges a fire by
+-- swapping it for its done form); with a record, `definition` is '': the definition is
+-- the record's (src/store/record.rs), its prefix among the k pairs, so Redis
+-- neither joins nor sends it a second time; `vanished` counts slice members whose timer
 -- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
 -- the claim stopped at its limits (more may be due).
 -- Parking (a paced application's backlog stays in Redis, not in the trigger's memory):
@@ -53,8 +56,10 @@ local missed_before = tonumber(ARGV[6])
 -- parked (only its delivery is paced), so its misfire policy does not apply.
 local from_park = false
 local bytes_left = tonumber(ARGV[10])
--- The reply: its head (filled in at the end), the fires, then the parked counts.
-local out = {'', '0', '0', '0'}
+-- The reply: its head (filled in at the end), the fires, the parked counts, the prefixes.
+local out = {'', '0', '0', '0', '0'}
+-- The definition prefixes of the records answered (numbers, record.lua).
+local prefixes = {}
 local n = 0
 local vanished = 0
 -- (score, member) pairs to add to the in-flight set.
@@ -137,10 +142,43 @@ local function cron_take(t, due, id)
   return take
 end
 
--- The in-flight member of slice member `member` (score `score`) of minute `m`, the
+-- The lean take of one-shot member `member` of minute `m` (the hot path: no application
+-- paced, no replay fence): reads the first five fields of the record in its own key
+-- (v, st, rq, k, due) and the number of its definition's prefix, not the whole record.
+-- Answers what take answers (the definition is the record's: ''), or false when the full
+-- take decides (no own key, a record larger than SWAP_MAX, not a fixed-size array).
+local function take_lean(member, m)
+  local s = redis.call('GET', REC.base .. 't:' .. member)
+  local head = s and string.byte(s, 1)
+  if not s or #s > SWAP_MAX or head < 0x90 or head > 0x9f then
+    return false
+  end
+  -- (unpack_limit: objects from a 0-based offset; answers the offset after them, or -1.)
+  local o, v, st, _, k, due = cmsgpack.unpack_limit(s, 5, 1)
+  if not (st == 1 and not k and due and due <= upto and math.floor(due / 60000) == m) then
+    return nil
+  end
+  if o > 0 then
+    -- Past `a`: `d` is [N, rest] (a fixed array of 2) or the whole definition.
+    o = cmsgpack.unpack_limit(s, 1, o)
+    if o > 0 and string.byte(s, o + 1) == 0x92 then
+      local _, n = cmsgpack.unpack_limit(s, 1, o + 1)
+      prefixes[n] = true
+    end
+  end
+  return string.format('%d:%d:%s', v, due, member), '', s
+end
+
+-- The in-flight member of slice member `member` (score `score`) of minute `m` (a number), the
 -- timer's definition and its packed record (one-shot, from its own key; else '') when it
 -- fires, else nil (also when it was parked).
 local function take(member, m, score)
+  if string.byte(member, 1) ~= 1 and not pacing and not fence_a then
+    local f, def, rec = take_lean(member, m)
+    if f ~= false then
+      return f, def, rec
+    end
+  end
   if string.byte(member, 1) ~= 1 then
     -- A one-shot timer: read raw (the hot path).
     local a, where, s = rec_raw(member)
@@ -154,8 +192,9 @@ local function take(member, m, score)
       return nil
     end
     local due = a[REC_DUE]
-    if due and a[REC_ST] == 1 and not a[REC_K] and due <= upto and math.floor(due / 60000) == tonumber(m) then
-      local f = a[REC_V] .. ':' .. due .. ':' .. member
+    if due and a[REC_ST] == 1 and not a[REC_K] and due <= upto and math.floor(due / 60000) == m then
+      -- (Integers formatted as such: Lua's own number to string is a %.14g printf.)
+      local f = string.format('%d:%d:%s', a[REC_V], due, member)
       if acked_before(tonumber(a[REC_V]), due, f) then
         if a[REC_P] then
           redis.call('ZADD', KEYS[5], 'NX', 'inf', member)
@@ -166,7 +205,14 @@ local function take(member, m, score)
       if app then
         took(app)
       end
-      return f, rec_def(a[REC_D]), (s and #s <= SWAP_MAX) and s or ''
+      if s and #s <= SWAP_MAX then
+        local d = a[REC_D]
+        if type(d) == 'table' then
+          prefixes[d[1]] = true
+        end
+        return f, '', s
+      end
+      return f, rec_def(a[REC_D]), ''
     end
     return nil
   end
@@ -213,7 +259,7 @@ local function take(member, m, score)
 end
 
 -- Takes the members of `items` ((member, score) pairs read from `key`, a slice of minute
--- `m` or, with m nil, a parked set, and already removed from it) until the limits; those
+-- `m` (a number) or, with m nil, a parked set, and already removed from it) until the limits; those
 -- left over go back to `key`.
 local function take_all(items, key, m)
   for i = 1, #items, 2 do
@@ -271,7 +317,7 @@ for _, m in ipairs(minutes) do
   if #items > 0 then
     redis.call('ZREMRANGEBYRANK', skey, 0, #items / 2 - 1)
   end
-  take_all(items, skey, m)
+  take_all(items, skey, tonumber(m))
   if redis.call('EXISTS', skey) == 0 then
     redis.call('ZREM', KEYS[2], m)
   end
@@ -325,4 +371,11 @@ for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
 end
 out[1] = next_due
 out[4] = tostring(apps)
+local k = 0
+for n in pairs(prefixes) do
+  k = k + 1
+  out[#out + 1] = string.format('%d', n)
+  out[#out + 1] = rec_dp_prefix(n)
+end
+out[5] = string.format('%d', k)
 return cmsgpack.pack(out)

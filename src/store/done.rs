@@ -9,16 +9,9 @@
 //! the other fields as read); tests/store.rs holds the two paths equal on a real Redis.
 //! A record of any other shape gives no swap: `ack.lua` decides.
 
+use super::record::{items, A, K, LX, P, ST, V};
 use crate::timer::Fire;
 
-/// Positions in record.lua's packed array (`REC_V`, `REC_ST`, `REC_K`, `REC_A`, `REC_P`,
-/// `REC_LX`, 0-based).
-const V: usize = 0;
-const ST: usize = 1;
-const K: usize = 3;
-const A: usize = 5;
-const P: usize = 7;
-const LX: usize = 9;
 /// `REC_STATES` codes: `scheduled`, `fired`.
 const SCHEDULED: u64 = 1;
 const FIRED: u8 = 3;
@@ -51,7 +44,7 @@ pub struct Swap {
 /// `fired_ms` in attempt `attempt`; `None` unless `read` is a scheduled one-shot record of
 /// the fire's version with no last fire.
 pub fn swap(fire: &Fire, read: Vec<u8>, fired_ms: i64, attempt: i32) -> Option<Swap> {
-    let items = split(&read)?;
+    let items = items(&read)?;
     let int = |i: usize| rmpv::decode::read_value(&mut &items[i][..]).ok()?.as_u64();
     let is_false = |i: usize| items.get(i).is_none_or(|b| b[..] == [0xc2]);
     if items.len() > LX || int(ST)? != SCHEDULED || !is_false(K) {
@@ -101,19 +94,6 @@ pub fn swap(fire: &Fire, read: Vec<u8>, fired_ms: i64, attempt: i32) -> Option<S
         fired_ms,
         attempt,
     })
-}
-
-/// The items of packed array `bytes`, each as its own bytes; `None` if it is not one.
-fn split(bytes: &[u8]) -> Option<Vec<&[u8]>> {
-    let mut rd = bytes;
-    let n = rmp::decode::read_array_len(&mut rd).ok()? as usize;
-    let mut items = Vec::with_capacity(n);
-    for _ in 0..n {
-        let before = rd;
-        rmpv::decode::read_value_ref(&mut rd).ok()?;
-        items.push(&before[..before.len() - rd.len()]);
-    }
-    rd.is_empty().then_some(items)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! listing what is in flight after a takeover (`recover.lua`), and acknowledging
 //! delivered fires ([`super::ack`]).
 
+use super::record::{self, Prefixes};
 use super::{bad_reply, Store, StoreError};
 use crate::codec;
 use crate::timer::{Claimed, Fire};
@@ -111,7 +112,7 @@ impl Store {
             inv.arg(m);
         }
         let reply: Vec<Vec<u8>> = self.listed("recover", partition, inv).await?;
-        parse_fires(reply.into_iter(), false)
+        parse_fires(reply.into_iter(), None)
     }
 }
 
@@ -132,21 +133,32 @@ fn parse_claimed(reply: Vec<Vec<u8>>) -> Result<Claimed, StoreError> {
     let vanished = number(text("count of vanished members")?, "vanished")?;
     let full = text("full")? == "1";
     let apps = number(text("count of parked applications")?, "count")? as usize;
-    // The fires, then `apps` (application, count) pairs.
+    let prefixes = number(text("count of definition prefixes")?, "count")? as usize;
+    // The fires, then `apps` (application, count) pairs, then `prefixes` (number, prefix).
     let mut rest: Vec<Vec<u8>> = it.collect();
-    let split = rest
-        .len()
-        .checked_sub(2 * apps)
-        .ok_or_else(|| bad_reply("claim: fewer parked counts than announced"))?;
-    let mut tail = rest.split_off(split).into_iter();
-    let mut parked = Vec::new();
-    while let (Some(app), Some(count)) = (tail.next(), tail.next()) {
-        let app = String::from_utf8(app).map_err(bad_reply)?;
-        let count = String::from_utf8(count).map_err(bad_reply)?;
-        parked.push((app, number(count, "parked count")?));
-    }
+    let mut pairs = |n: usize, what: &str| {
+        let at = rest.len().checked_sub(2 * n);
+        let at = at.ok_or_else(|| bad_reply(format!("claim: fewer {what} than announced")))?;
+        let mut tail = rest.split_off(at).into_iter();
+        let mut out = Vec::new();
+        while let (Some(a), Some(b)) = (tail.next(), tail.next()) {
+            out.push((String::from_utf8(a).map_err(bad_reply)?, b));
+        }
+        Ok::<_, StoreError>(out)
+    };
+    let prefixes: Prefixes = pairs(prefixes, "definition prefixes")?
+        .into_iter()
+        .map(|(n, prefix)| Ok((number(n, "prefix number")?, prefix)))
+        .collect::<Result<_, StoreError>>()?;
+    let parked = pairs(apps, "parked counts")?
+        .into_iter()
+        .map(|(app, count)| {
+            let count = String::from_utf8(count).map_err(bad_reply)?;
+            Ok((app, number(count, "parked count")?))
+        })
+        .collect::<Result<_, StoreError>>()?;
     Ok(Claimed {
-        fires: parse_fires(rest.into_iter(), true)?,
+        fires: parse_fires(rest.into_iter(), Some(&prefixes))?,
         next_due_ms,
         vanished,
         full,
@@ -155,17 +167,23 @@ fn parse_claimed(reply: Vec<Vec<u8>>) -> Result<Claimed, StoreError> {
 }
 
 /// Parses `member, definition` pairs (member `version:due:id`) into fires; with
-/// `records`, triples: the record the claim read follows (empty: none).
+/// `records` (a claim's), triples: the record the claim read follows (empty: none), and
+/// an empty definition is the record's, its prefix among `records`.
 fn parse_fires(
     mut it: impl Iterator<Item = Vec<u8>>,
-    records: bool,
+    records: Option<&Prefixes>,
 ) -> Result<Vec<Fire>, StoreError> {
     let mut out = Vec::new();
     while let (Some(member), Some(def)) = (it.next(), it.next()) {
-        let record = match records.then(|| it.next()) {
+        let record = match records.map(|_| it.next()) {
             None => None,
             Some(Some(r)) => (!r.is_empty()).then_some(r),
             Some(None) => return Err(bad_reply("claim: a fire without its record")),
+        };
+        let def = match (&record, records) {
+            (Some(r), Some(prefixes)) if def.is_empty() => record::definition(r, prefixes)
+                .ok_or_else(|| bad_reply("claim: a record without its definition"))?,
+            _ => def,
         };
         let member = String::from_utf8(member).map_err(bad_reply)?;
         let bad = || bad_reply(format!("bad fire member {member}"));
@@ -202,7 +220,7 @@ mod tests {
         };
         let stored = codec::encode_stored(&def).unwrap();
         let reply = vec![b"12:5000:order:42".to_vec(), stored.clone()];
-        let fires = parse_fires(reply.into_iter(), false).unwrap();
+        let fires = parse_fires(reply.into_iter(), None).unwrap();
         assert_eq!(
             fires,
             vec![Fire {
@@ -214,58 +232,81 @@ mod tests {
                 record: None,
             }]
         );
+        let no = Prefixes::new();
         let with = vec![b"1:2:a".to_vec(), stored.clone(), b"\x91\x01".to_vec()];
-        let fires = parse_fires(with.into_iter(), true).unwrap();
+        let fires = parse_fires(with.into_iter(), Some(&no)).unwrap();
         assert_eq!(fires[0].record.as_deref(), Some(&b"\x91\x01"[..]));
         let none = vec![b"1:2:a".to_vec(), stored.clone(), vec![]];
-        assert_eq!(parse_fires(none.into_iter(), true).unwrap()[0].record, None);
+        assert_eq!(
+            parse_fires(none.into_iter(), Some(&no)).unwrap()[0].record,
+            None
+        );
         let pairs = vec![
             b"1:2:a".to_vec(),
             stored.clone(),
             b"3:4:b".to_vec(),
             stored.clone(),
         ];
-        let two = parse_fires(pairs.into_iter(), false).unwrap();
+        let two = parse_fires(pairs.into_iter(), None).unwrap();
         assert_eq!(two.len(), 2, "a recover answers pairs");
         assert_eq!(two[1].timer_id, "b");
         let short = vec![b"1:2:a".to_vec(), stored.clone()];
-        assert!(parse_fires(short.into_iter(), true).is_err());
+        assert!(parse_fires(short.into_iter(), Some(&no)).is_err());
         for bad in ["12:5000", "x:5000:id", "12:y:id"] {
             let reply = vec![bad.as_bytes().to_vec(), stored.clone()];
-            assert!(parse_fires(reply.into_iter(), false).is_err(), "{bad}");
+            assert!(parse_fires(reply.into_iter(), None).is_err(), "{bad}");
         }
         let bad_def = vec![b"1:2:id".to_vec(), b"\xff".to_vec()];
-        assert!(parse_fires(bad_def.into_iter(), false).is_err());
-        assert!(parse_fires(std::iter::empty(), true).unwrap().is_empty());
+        assert!(parse_fires(bad_def.into_iter(), None).is_err());
+        assert!(parse_fires(std::iter::empty(), Some(&no))
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
     fn a_claim_reply_says_what_is_parked() {
         let stored = codec::encode_stored(&TimerDef::default()).unwrap();
         let b = |s: &str| s.as_bytes().to_vec();
+        // A record whose definition is [1, rest]: prefix 1 answered after the parked counts.
+        let (prefix, rest) = stored.split_at(2);
+        let mut record = vec![0x97, 7, 1, 0xc3, 0xc2, 0xcd, 0x13, 0x88, 0xc2, 0x92, 1];
+        record.push(0xa0 + rest.len() as u8);
+        record.extend_from_slice(rest);
         let reply = vec![
             b("61000"),
             b("2"),
             b("1"),
             b("2"),
+            b("1"),
             b("7:5000:x"),
-            stored,
+            stored.clone(),
             b(""),
+            b("7:5000:y"),
+            b(""),
+            record.clone(),
             b("paced"),
             b("40"),
             b("slow"),
             b("3"),
+            b("1"),
+            prefix.to_vec(),
         ];
-        let c = parse_claimed(reply).unwrap();
+        let c = parse_claimed(reply.clone()).unwrap();
         assert_eq!(c.next_due_ms, Some(61_000));
         assert_eq!((c.vanished, c.full), (2, true));
         assert_eq!(c.parked, vec![("paced".into(), 40), ("slow".into(), 3)]);
-        assert_eq!(c.fires.len(), 1);
-        let none = parse_claimed(vec![b(""), b("0"), b("0"), b("0")]).unwrap();
+        assert_eq!(c.fires.len(), 2);
+        assert_eq!(c.fires[1].def, c.fires[0].def, "the record's definition");
+        assert_eq!(c.fires[1].record, Some(record));
+        let mut unknown = reply;
+        unknown[16] = b("2");
+        assert!(parse_claimed(unknown).is_err(), "a prefix not answered");
+        let none = parse_claimed(vec![b(""), b("0"), b("0"), b("0"), b("0")]).unwrap();
         assert_eq!(
             (none.next_due_ms, none.full, none.fires.len()),
             (None, false, 0)
         );
-        assert!(parse_claimed(vec![b(""), b("0"), b("0"), b("1"), b("a")]).is_err());
+        let short = vec![b(""), b("0"), b("0"), b("1"), b("0"), b("a")];
+        assert!(parse_claimed(short).is_err());
     }
 }

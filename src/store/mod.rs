@@ -50,6 +50,7 @@ mod history;
 pub mod keys;
 mod list;
 mod packed;
+mod record;
 mod scripts;
 mod state;
 mod view;

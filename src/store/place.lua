@@ -192,23 +192,26 @@ end
 
 -- Stores the record count and the live counts that moved (call before returning).
 local function rec_flush()
+  -- (Numbers passed to redis.call as integer strings: Redis would printf them as %.17g.)
+  local int = function(x) return string.format('%d', x) end
   for app, n in pairs(REC.moved) do
     if n ~= 0 then
-      redis.call('HINCRBY', REC.apps, app, n)
+      redis.call('HINCRBY', REC.apps, app, int(n))
     end
   end
   REC.moved = {}
   for app, per in pairs(REC.tally) do
     for st, n in pairs(per) do
       if n ~= 0 then
-        redis.call('HINCRBY', REC.base .. 'ac', st .. ':' .. app, n)
+        redis.call('HINCRBY', REC.base .. 'ac', st .. ':' .. app, int(n))
       end
     end
   end
   REC.tally = {}
   for minute, n in pairs(REC.minutes) do
-    if n ~= 0 and redis.call('HINCRBY', REC.base .. 'bm', minute, n) <= 0 then
-      redis.call('HDEL', REC.base .. 'bm', minute)
+    local m = int(minute)
+    if n ~= 0 and redis.call('HINCRBY', REC.base .. 'bm', m, int(n)) <= 0 then
+      redis.call('HDEL', REC.base .. 'bm', m)
     end
   end
   REC.minutes = {}
