@@ -40,7 +40,8 @@ pub(super) fn items(bytes: &[u8]) -> Option<Vec<&[u8]>> {
 pub(super) fn definition(bytes: &[u8], prefixes: &Prefixes) -> Option<Vec<u8>> {
     use rmpv::ValueRef;
     let items = items(bytes)?;
-    match rmpv::decode::read_value_ref(&mut items.get(D)?.as_ref()).ok()? {
+    let mut d: &[u8] = items.get(D)?;
+    match rmpv::decode::read_value_ref(&mut d).ok()? {
         ValueRef::String(s) => Some(s.as_bytes().to_vec()),
         ValueRef::Array(pair) => match &pair[..] {
             [ValueRef::Integer(n), ValueRef::String(rest)] => {
