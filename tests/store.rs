@@ -1,7 +1,7 @@
 //! The store's scripts against a real redis-server, with the time as an argument: the
 //! lifecycle corners of issue 12 (emptied minutes, max_fires reached by an update, the
 //! late FIRE_ONCE fire across a takeover), application ownership, and the records
-//! ktimer packs for record.lua.
+//! ktimer packs for record.lua, and the definitions a claim answers.
 
 mod common;
 
@@ -418,4 +418,64 @@ async fn a_large_record_is_not_answered_for_a_swap() {
         .map(|f| (f.timer_id.as_str(), f.record.is_some()))
         .collect();
     assert_eq!(held, [("big", false), ("small", true)].into());
+}
+
+/// Every fire a claim answers carries the definition its timer was created with, however
+/// the claim read it: from the timer's own key, its definition inside the record answered
+/// (two applications and callback topics: two definition prefixes in one claim); a
+/// record too large to answer (its definition answered apart); a record still in the
+/// bucket (not promoted ahead).
+#[tokio::test]
+async fn every_claimed_fire_carries_the_definition_it_was_created_with() {
+    let mut w = World::new("claim-defs").await;
+    let (due, late) = (T0 + 5_000, T0 + 180_000);
+    let with = |id: &str, app: &str, at: i64, payload: Vec<u8>| {
+        let mut c = once(id, at);
+        c.application = app.into();
+        c.callback = Some(ktimer::command::Callback {
+            topic: Some(format!("{app}.callback")),
+            headers: [("timer".to_string(), id.to_string())].into(),
+            payload,
+            ..Default::default()
+        });
+        c
+    };
+    let cmds = [
+        with("a1", "alpha", due, b"one".to_vec()),
+        with("a2", "alpha", due, b"two".to_vec()),
+        with("b1", "beta", due, b"three".to_vec()),
+        with("big", "beta", due, vec![9; 2_000]),
+        with("late", "alpha", late, b"bucket".to_vec()),
+    ];
+    for c in &cmds {
+        w.apply(c.clone(), T0).await;
+    }
+    while w.store.promote(0, w.epoch, due, 100).await.unwrap() {}
+    let claimed = w.claim(late, late).await;
+    let fires: std::collections::BTreeMap<_, _> = claimed
+        .fires
+        .iter()
+        .map(|f| (f.timer_id.as_str(), f))
+        .collect();
+    assert_eq!(fires.len(), cmds.len(), "{:?}", fires.keys());
+    for c in &cmds {
+        let f = fires[c.timer_id.as_str()];
+        let want = c.callback.as_ref().unwrap();
+        assert_eq!(f.def.application, c.application, "{}", c.timer_id);
+        assert_eq!(f.def.callback.topic, want.topic, "{}", c.timer_id);
+        assert_eq!(f.def.callback.headers, want.headers, "{}", c.timer_id);
+        assert_eq!(f.def.callback.payload, want.payload, "{}", c.timer_id);
+    }
+    let held: Vec<_> = fires
+        .iter()
+        .map(|(id, f)| (*id, f.record.is_some()))
+        .collect();
+    let want = [
+        ("a1", true),
+        ("a2", true),
+        ("b1", true),
+        ("big", false),
+        ("late", false),
+    ];
+    assert_eq!(held, want, "which fires came with their record");
 }

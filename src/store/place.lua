@@ -147,18 +147,18 @@ local function rec_put(id, t)
   end
 end
 
--- A MessagePack string and a non-negative integer (below 65536) as cmsgpack writes them.
-local function rec_mp_str(x)
-  local n = #x
+-- The header of a MessagePack string of `n` bytes, and a non-negative integer (below
+-- 65536), as cmsgpack writes them.
+local function rec_mp_hdr(n)
   if n < 32 then
-    return string.char(160 + n) .. x
+    return string.char(160 + n)
   elseif n < 256 then
-    return '\217' .. string.char(n) .. x
+    return '\217' .. string.char(n)
   elseif n < 65536 then
-    return '\218' .. string.char(math.floor(n / 256), n % 256) .. x
+    return '\218' .. string.char(math.floor(n / 256), n % 256)
   end
   return '\219' .. string.char(math.floor(n / 16777216), math.floor(n / 65536) % 256,
-    math.floor(n / 256) % 256, n % 256) .. x
+    math.floor(n / 256) % 256, n % 256)
 end
 local function rec_mp_uint(n)
   if n < 128 then
@@ -172,21 +172,22 @@ end
 -- Writes new scheduled one-shot timer `id` of application `app` (due `due` ms), whose
 -- record the owner packed (src/store/fresh.rs): `head`, then definition `d` as rec_pack
 -- writes it (its prefix numbered), then `tail`. What rec_put does for such a timer,
--- without a field table.
+-- without a field table; the record in one concatenation (each string built on the way
+-- would be allocated and hashed).
 local function rec_put_fresh(id, due, app, head, d, tail)
   local x = rec_def_pack(d)
   if type(x) == 'table' then
-    x = '\146' .. rec_mp_uint(x[1]) .. rec_mp_str(x[2])
+    x = head .. '\146' .. rec_mp_uint(x[1]) .. rec_mp_hdr(#x[2]) .. x[2] .. tail
   else
-    x = rec_mp_str(x)
+    x = head .. rec_mp_hdr(#x) .. x .. tail
   end
   rec_tally(app, nil, 'scheduled')
   local minute = math.floor(due / 60000)
   if minute > rec_meta().pm then
-    redis.call('HSET', REC.bucket, id, head .. x .. tail)
+    redis.call('HSET', REC.bucket, id, x)
     rec_count(minute, 1)
   else
-    redis.call('SET', REC.base .. 't:' .. id, head .. x .. tail)
+    redis.call('SET', REC.base .. 't:' .. id, x)
   end
 end
 
