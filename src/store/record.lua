@@ -116,27 +116,28 @@ local function rec_live_count(app)
   return tonumber(redis.call('HGET', REC.apps, app) or '0') + (REC.moved[app] or 0)
 end
 
--- A timer of application `app` went from state `from` (nil: new) to `to`: the counts
--- per state (`BASE ac`; done states only ever count up) and, when it became live or
--- stopped being live, the live count (`apps`); both written by rec_flush. The one place
--- a state change is counted.
-local function rec_tally(app, from, to)
+-- A timer of application `app` went from state `from` (nil: new) to `to` (`n` timers:
+-- default 1): the counts per state (`BASE ac`; done states only ever count up) and, when
+-- it became live or stopped being live, the live count (`apps`); both written by
+-- rec_flush. The one place a state change is counted.
+local function rec_tally(app, from, to, n)
   if not app or from == to then
     return
   end
+  n = n or 1
   local per = REC.tally[app]
   if not per then
     per = {}
     REC.tally[app] = per
   end
   if REC_LIVE[from] then
-    per[from] = (per[from] or 0) - 1
+    per[from] = (per[from] or 0) - n
   end
-  per[to] = (per[to] or 0) + 1
+  per[to] = (per[to] or 0) + n
   if REC_LIVE[from] and not REC_LIVE[to] then
-    rec_live_move(app, -1)
+    rec_live_move(app, -n)
   elseif REC_LIVE[to] and not REC_LIVE[from] then
-    rec_live_move(app, 1)
+    rec_live_move(app, n)
   end
 end
 

@@ -21,14 +21,16 @@ end
 redis.call('INCR', KEYS[5])
 rec_init(ARGV[2], ARGV[3], KEYS[6])
 local tprefix = ARGV[2] .. 't:'
-local gone, dirty, undefer, back = {}, {}, {}, {}
+-- Fires swapped per application (their counts move once per application).
+local gone, dirty, undefer, back, fired = {}, {}, {}, {}, {}
 for i = 4, #ARGV, 6 do
   local id = ARGV[i + 1]
   local key = tprefix .. id
   if redis.call('GET', key) == ARGV[i + 2] then
     redis.call('SET', key, ARGV[i + 3], 'PX', ARGV[3])
     gone[#gone + 1] = ARGV[i]
-    rec_tally(ARGV[i + 4], 'scheduled', 'fired')
+    local app = ARGV[i + 4]
+    fired[app] = (fired[app] or 0) + 1
     if ARGV[i + 5] == '1' then
       dirty[#dirty + 1] = 'inf'
       dirty[#dirty + 1] = id
@@ -38,6 +40,9 @@ for i = 4, #ARGV, 6 do
   else
     back[#back + 1] = ARGV[i]
   end
+end
+for app, k in pairs(fired) do
+  rec_tally(app, 'scheduled', 'fired', k)
 end
 local n = 0
 for i = 1, #gone, 1000 do
