@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Redis instructions per operation of the store's Lua scripts, builds side by side.
+
+Runs one redis-server under valgrind's callgrind (instruction counts do not move with the
+host's load, unlike CPU time on shared cores) and drives the scripts of each revision
+given through one timer's life, as ktimer would: creates (apply.lua, the new one-shot
+timer's record packed as src/store/fresh.rs packs it, calls of 100), the promotion to
+their own keys (promote.lua), the claim (claim.lua, calls of up to 2,000 fires) and the
+acknowledgement by swaps (swap.lua, calls of 500). Prints Redis instructions per create,
+per promoted timer, per claimed fire and per swapped fire.
+
+    pip install redis msgpack         # the two Python packages it needs
+    scripts/lua-cost.py HEAD~3 HEAD   # revisions (git), or directories holding the .lua
+    scripts/lua-cost.py --timers 2000 .
+
+Timers: one-shot, due within the minute, 100-byte payload, one application and callback
+topic (one definition prefix), as the bench's burst. valgrind is required.
+"""
+import argparse, os, shutil, socket, subprocess, sys, tempfile, time
+
+try:
+    import msgpack, redis
+except ImportError:
+    sys.exit("lua-cost: needs the Python packages redis and msgpack (pip install redis msgpack)")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRELUDE = ["record.lua", "place.lua", "misfire.lua"]
+B = "lc:{lc.commands:0}:"
+EPOCH = "7"
+# A stored definition (Avro, codec::encode_stored): application, callback topic, then
+# the rest (key absent, no headers, a 100-byte payload, envelope mode).
+PREFIX = b"\x0edefault\x02\x1clc.callback"
+DEF = PREFIX + b"\x00\x00\xc8\x01" + b"x" * 100 + b"\x02"
+
+
+def source(rev, name):
+    """Script `name` of `rev`: a directory of .lua files, '.' (this checkout) or a git revision."""
+    if rev == "." or os.path.isdir(rev):
+        d = os.path.join(ROOT, "src/store") if rev == "." else rev
+        return open(os.path.join(d, name)).read()
+    return subprocess.run(["git", "-C", ROOT, "show", f"{rev}:src/store/{name}"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def scripts(rev):
+    with_prelude = lambda name: "".join(source(rev, p) for p in PRELUDE) + source(rev, name)
+    writing = source(rev, "writing.lua")
+    return {"apply": writing + with_prelude("apply.lua"), "promote": with_prelude("promote.lua"),
+            "claim": with_prelude("claim.lua"), "swap": with_prelude("swap.lua")}
+
+
+def fresh(offset, due, now):
+    """The head and tail ktimer packs around a new one-shot timer's definition (fresh.rs)."""
+    head = b"\x99" + msgpack.packb(offset) + b"\x01\xc3\xc2" + msgpack.packb(due) + b"\xc2"
+    history = msgpack.packb([[0, due - now]])
+    return head, b"\xc2" + msgpack.packb(history, use_bin_type=False)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Counted:
+    """redis-server under callgrind; `mark()` answers the instructions since the last mark."""
+
+    def __init__(self, workdir):
+        self.dir, self.port = workdir, free_port()
+        self.proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={workdir}/cg.%p",
+             "redis-server", "--port", str(self.port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir)
+        self.r = redis.Redis(port=self.port)
+        for _ in range(600):
+            try:
+                self.r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        self.dumps = 0
+        self.mark()
+
+    def mark(self):
+        subprocess.run(["callgrind_control", "-d", str(self.proc.pid)], check=True,
+                       capture_output=True)
+        self.dumps += 1
+        path = f"{self.dir}/cg.{self.proc.pid}.{self.dumps}"
+        for line in open(path):
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+        raise RuntimeError(f"no totals in {path}")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def life(c, sha, timers):
+    """Drives `timers` timers through create, promotion, claim and swap: instructions per op."""
+    # Due 5 to 9 s after their create: deferred, their states never written (the burst).
+    r, now, due0 = c.r, 1_800_000_000_000, 1_800_000_005_000
+    r.flushall()
+    r.set(B + "epoch", EPOCH)
+    keys = lambda names: [B + k for k in names]
+    c.mark()
+    for first in range(0, timers, 100):
+        args = [EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, 20, 604_800_000, "1"]
+        for i in range(first, min(first + 100, timers)):
+            off, due, tid = 1000 + i, due0 + i, f"t{i}"
+            head, tail = fresh(off, due, now)
+            args += [off, "create", tid, tid, "o", due, DEF, "", "", "", "", "", "0", "default",
+                     "", "", head, tail, "0"]
+        r.evalsha(sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron", "dirty",
+                                           "deferred:off", "apps", "writing", "pk"]), *args)
+    out = {"create": c.mark()}
+    while r.evalsha(sha["promote"], 3, *keys(["epoch", "idx", "rb"]), EPOCH, B, B + "s:",
+                    due0 + timers, 1000) == 1:
+        pass
+    out["promote"] = c.mark()
+    fires = []
+    while True:
+        upto = due0 + timers
+        reply = msgpack.unpackb(r.evalsha(
+            sha["claim"], 9, *keys(["epoch", "idx", "inflight", "cron", "dirty", "ckpt", "apps",
+                                    "fence", "pk"]),
+            EPOCH, upto, 2000, B + "s:", B, 0, upto, 86_400_000, 0, 64 << 20), raw=True)
+        # (Before the prefixes were answered, the head had 4 items, then the first member.)
+        head = 4 if len(reply) == 4 or b":" in reply[4] else 5
+        tail = 2 * int(reply[3]) + (2 * int(reply[4]) if head == 5 else 0)
+        n = (len(reply) - head - tail) // 3
+        if n == 0:
+            break
+        fires += [(reply[head + 3 * i], reply[head + 3 * i + 2]) for i in range(n)]
+    out["claim"] = c.mark()
+    if len(fires) != timers:
+        sys.exit(f"lua-cost: {len(fires)} of {timers} timers claimed")
+    for first in range(0, len(fires), 500):
+        args = [EPOCH, B, 86_400_000]
+        for member, read in fires[first:first + 500]:
+            v, due, tid = member.split(b":", 2)
+            done = msgpack.unpackb(read, raw=True)
+            done[1] = 3
+            done += [False] * (9 - len(done)) + [msgpack.packb([2, int(due) + 5, int(due), 1, 3])]
+            args += [member, tid, read, msgpack.packb(done, use_bin_type=False), "default", ""]
+        r.evalsha(sha["swap"], 6, *keys(["epoch", "inflight", "dirty", "deferred:off", "acks",
+                                         "apps"]), *args)
+    out["swap"] = c.mark()
+    if r.zcard(B + "inflight") != 0:
+        sys.exit("lua-cost: fires left in flight after the swaps")
+    return {k: v / timers for k, v in out.items()}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("revs", nargs="*", default=["."], help="git revisions or script directories")
+    p.add_argument("--timers", type=int, default=4000, help="timers per revision (default 4000)")
+    a = p.parse_args()
+    if not shutil.which("valgrind"):
+        sys.exit("lua-cost: needs valgrind (apt-get install valgrind)")
+    work = tempfile.mkdtemp(prefix="ktimer-lua-cost-")
+    c = Counted(work)
+    try:
+        print(f"Redis instructions per operation, {a.timers} one-shot timers (callgrind):")
+        print(f"{'revision':<24}{'create':>10}{'promote':>10}{'claim':>10}{'swap':>10}")
+        for rev in a.revs:
+            sha = {k: c.r.script_load(v) for k, v in scripts(rev).items()}
+            n = life(c, sha, a.timers)
+            print(f"{rev:<24}" + "".join(f"{n[k]:>10.0f}" for k in
+                                         ["create", "promote", "claim", "swap"]), flush=True)
+    finally:
+        c.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
