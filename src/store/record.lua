@@ -27,7 +27,8 @@ for i, s in ipairs(REC_STATES) do
 end
 local REC_LIVE = {scheduled = true, paused = true}
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
--- hist: the history's bound (rec_history; nil: no history written).
+-- hist: the history's bound (rec_history; nil: no history written). last_prefix: the
+-- definition prefix rec_def_split found last.
 local REC = {base = nil, retention = nil, meta = nil, apps = nil, moved = {},
   minutes = {}, tally = {}, hist = nil, dp_ids = {}, dp_by = {}}
 
@@ -187,6 +188,12 @@ local REC_DP_MAX = 4096
 
 -- Definition `d` split after its callback topic: prefix, rest; nil if it is not one.
 local function rec_def_split(d)
+  -- The last prefix found, when `d` starts with it (a batch mostly shares one): parsing
+  -- the same bytes would end at the same place.
+  local last = REC.last_prefix
+  if last and string.sub(d, 1, #last) == last then
+    return last, string.sub(d, #last + 1)
+  end
   local len, i = rec_varint(d, 1)
   if not len then
     return nil
@@ -201,7 +208,8 @@ local function rec_def_split(d)
   if not j or j - 1 > #d then
     return nil
   end
-  return string.sub(d, 1, j - 1), string.sub(d, j)
+  REC.last_prefix = string.sub(d, 1, j - 1)
+  return REC.last_prefix, string.sub(d, j)
 end
 
 -- The number of definition prefix `prefix` (numbered now if new); false when the
