@@ -39,9 +39,14 @@ pub(super) fn items(bytes: &[u8]) -> Option<Vec<&[u8]>> {
 /// when it holds none, or a prefix `prefixes` lacks.
 pub(super) fn definition(bytes: &[u8], prefixes: &Prefixes) -> Option<Vec<u8>> {
     use rmpv::ValueRef;
-    let items = items(bytes)?;
-    let mut d: &[u8] = items.get(D)?;
-    match rmpv::decode::read_value_ref(&mut d).ok()? {
+    let mut rd = bytes;
+    if (rmp::decode::read_array_len(&mut rd).ok()? as usize) <= D {
+        return None;
+    }
+    for _ in 0..D {
+        rmpv::decode::read_value_ref(&mut rd).ok()?;
+    }
+    match rmpv::decode::read_value_ref(&mut rd).ok()? {
         ValueRef::String(s) => Some(s.as_bytes().to_vec()),
         ValueRef::Array(pair) => match &pair[..] {
             [ValueRef::Integer(n), ValueRef::String(rest)] => {
