@@ -147,6 +147,8 @@ end
 -- (v, st, rq, k, due) and the number of its definition's prefix, not the whole record.
 -- Answers what take answers (the definition is the record's: ''), or false when the full
 -- take decides (no own key, a record larger than SWAP_MAX, not a fixed-size array).
+-- (It reads record.lua's positions: v, st, rq, k and due first, then a, then d.)
+assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6 and REC_D == 7)
 local function take_lean(member, m)
   local s = redis.call('GET', REC.base .. 't:' .. member)
   local head = s and string.byte(s, 1)
