@@ -109,8 +109,12 @@ def life(c, sha, timers):
         for i in range(first, min(first + 100, timers)):
             off, due, tid = 1000 + i, due0 + i, f"t{i}"
             head, tail = fresh(off, due, now)
-            args += [off, "create", tid, tid, "o", due, DEF, "", "", "", "", "", "0", "default",
-                     "", "", head, tail, "0"]
+            if sha["compact"]:
+                args += [off, "create", tid, tid, "o", due, DEF, "0", "default", "", "", head,
+                         tail, "0"]
+            else:  # (the groups of 19 arguments before the cron values went last)
+                args += [off, "create", tid, tid, "o", due, DEF, "", "", "", "", "", "0",
+                         "default", "", "", head, tail, "0"]
         r.evalsha(sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron", "dirty",
                                            "deferred:off", "apps", "writing", "pk"]), *args)
     out = {"create": c.mark()}
@@ -165,6 +169,7 @@ def main():
         print(f"{'revision':<24}{'create':>10}{'promote':>10}{'claim':>10}{'swap':>10}")
         for rev in a.revs:
             sha = {k: c.r.script_load(v) for k, v in scripts(rev).items()}
+            sha["compact"] = "the number of cron values that follow" in source(rev, "apply.lua")
             n = life(c, sha, a.timers)
             print(f"{rev:<24}" + "".join(f"{n[k]:>10.0f}" for k in
                                          ["create", "promote", "claim", "swap"]), flush=True)

@@ -16,15 +16,15 @@
 --       +0 command offset, +1 op (create | update | pause | resume | cancel | fire), +2 timer id,
 --       +3 request id, +4 kind (o one-shot | c cron), +5 due ms (one-shot due, first
 --       cron occurrence, or the extra fire's), +6 stored definition ('' keeps the current one on update),
---       +7 cron spec (JSON), +8 misfire (once | all | skip), +9 max fires (''),
---       +10 materialised through ms, +11 next materialisation ms ('' when the schedule is
---       exhausted), +12 origin ms (resume), +13 application, +14 most live timers the
---       application may have in the partition ('' no limit), +15 '1' when the
---       application's fires are paced (its pending fires go to its parked set,
---       KEYS[10] .. ':' .. application, not to the slices; claim.lua), +16 and +17 the
---       record of a new one-shot timer packed by the owner around its definition (head,
---       tail; src/store/fresh.rs; '' when not a one-shot create), +18 number of cron
---       occurrences that follow, +19.. the occurrences to materialise
+--       +7 origin ms (resume), +8 application, +9 most live timers the application may
+--       have in the partition ('' no limit), +10 '1' when the application's fires are
+--       paced (its pending fires go to its parked set, KEYS[10] .. ':' .. application,
+--       not to the slices; claim.lua), +11 and +12 the record of a new one-shot timer
+--       packed by the owner around its definition (head, tail; src/store/fresh.rs; ''
+--       when not a one-shot create), +13 the number of cron values that follow (0 without
+--       a cron schedule): +14 cron spec (JSON), +15 misfire (once | all | skip), +16 max
+--       fires (''), +17 materialised through ms, +18 next materialisation ms ('' when the
+--       schedule is exhausted), +19.. the occurrences to materialise
 -- Returns {'fenced'} (also when Redis is behind ARGV[4]: it lost writes), or, packed
 -- with cmsgpack (one string; src/store/packed.rs reads it), per command {code, version,
 -- state, due, reason} flattened; code is accepted | duplicate | rejected; with ARGV[10]
@@ -138,26 +138,26 @@ local function install(t, a, id, off, live)
     return
   end
   -- (No next occurrence: no due.)
-  t.k, t.sc, t.mp, t.hz = 'c', ARGV[a + 7], ARGV[a + 8], ARGV[a + 10]
+  t.k, t.sc, t.mp, t.hz = 'c', ARGV[a + 14], ARGV[a + 15], ARGV[a + 17]
   t.due = due_arg ~= '' and due_arg or nil
   t.fin, t.lst = nil, nil
-  t.mx = ARGV[a + 9] ~= '' and ARGV[a + 9] or nil
+  t.mx = ARGV[a + 16] ~= '' and ARGV[a + 16] or nil
   if fired_out(t) then
     complete(t, id, KEYS[5], KEYS[6])
     return
   end
   if live then
     local last
-    for i = a + 19, a + 18 + tonumber(ARGV[a + 18]) do
+    for i = a + 19, a + 13 + tonumber(ARGV[a + 13]) do
       slice_add(ARGV[i], slice_member('c', off, ARGV[i], id))
       last = ARGV[i]
     end
     t.lst = last
-    if ARGV[a + 11] == '' then
+    if ARGV[a + 18] == '' then
       redis.call('ZREM', KEYS[5], id)
       t.fin = last
     else
-      redis.call('ZADD', KEYS[5], ARGV[a + 11], id)
+      redis.call('ZADD', KEYS[5], ARGV[a + 18], id)
     end
   end
   rec_put(id, t)
@@ -184,7 +184,7 @@ local function apply_one(a)
   if not OPS[op] then
     return 'rejected', 'unknown operation ' .. op, t
   end
-  local app = ARGV[a + 13]
+  local app = ARGV[a + 8]
   if t and t.a and t.a ~= app then
     return 'rejected', 'timer belongs to another application', t
   end
@@ -220,19 +220,19 @@ local function apply_one(a)
     if live then
       return 'rejected', 'a timer with this id is ' .. st .. '; update or cancel it first', t
     end
-    local most = ARGV[a + 14]
+    local most = ARGV[a + 9]
     if most ~= '' and rec_live_count(app) >= tonumber(most) then
       return 'rejected', 'pending timer limit: the application has ' .. most ..
         ' timers not yet done in this partition', t
     end
-    if not t and ARGV[a + 4] == 'o' and ARGV[a + 16] ~= '' then
+    if not t and ARGV[a + 4] == 'o' and ARGV[a + 11] ~= '' then
       -- A new one-shot timer (the common case): its record comes packed by the owner.
       local due_arg, due = ARGV[a + 5], tonumber(ARGV[a + 5])
       if due <= soon then
         redis.call('ZADD', KEYS[7], 'LT', off, id)
         deferred = true
       end
-      rec_put_fresh(id, due, app, ARGV[a + 16], ARGV[a + 6], ARGV[a + 17])
+      rec_put_fresh(id, due, app, ARGV[a + 11], ARGV[a + 6], ARGV[a + 12])
       slice_add(due_arg, id, due)
       return 'accepted', '', {v = off, st = 'scheduled', due = due_arg, _fresh = true}
     end
@@ -310,7 +310,7 @@ local function apply_one(a)
       return 'accepted', 'the timer has fired max_fires times: completed', t
     elseif t.k == 'c' then
       -- Occurrences from the resume on; the migrator materialises them at once.
-      t.hz = string.format('%d', tonumber(ARGV[a + 12]) - 1)
+      t.hz = string.format('%d', tonumber(ARGV[a + 7]) - 1)
       t.fin, t.due = nil, nil
       redis.call('ZADD', KEYS[5], 0, id)
     else
@@ -336,10 +336,10 @@ local written, last = {}, {}
 local unconfirmed = nil
 while a <= #ARGV do
   deferred = false
-  paced_app = ARGV[a + 15] == '1' and ARGV[a + 13] or nil
+  paced_app = ARGV[a + 10] == '1' and ARGV[a + 8] or nil
   local id = ARGV[a + 2]
   local code, reason, t = apply_one(a)
-  if code == 'rejected' and t and t.a == ARGV[a + 13] then
+  if code == 'rejected' and t and t.a == ARGV[a + 8] then
     rec_hist_push(t, entry(a, 'rejected', reason))
     rec_put(id, t)
     if last[id] then
@@ -372,7 +372,7 @@ while a <= #ARGV do
   out[#out + 1] = t.st or ''
   out[#out + 1] = t.due or ''
   out[#out + 1] = reason
-  a = a + 19 + tonumber(ARGV[a + 18])
+  a = a + 14 + tonumber(ARGV[a + 13])
 end
 for i = 1, #dirty, 1000 do
   redis.call('ZADD', KEYS[6], 'LT', unpack(dirty, i, math.min(i + 999, #dirty)))

@@ -28,10 +28,11 @@ impl Args for Vec<Vec<u8>> {
 }
 
 /// Appends the argument group of one command (see the header of apply.lua): offset, op,
-/// timer id, request id, kind, due, definition, cron spec, misfire, max fires,
-/// materialised through, next refill, origin, application, its pending limit in the
-/// partition, its pacing, the record of a new one-shot timer ([`Fresh`], with the short
-/// history entry when `history`), the number of occurrences and the occurrences.
+/// timer id, request id, kind, due, definition, origin, application, its pending limit in
+/// the partition, its pacing, the record of a new one-shot timer ([`Fresh`], with the
+/// short history entry when `history`), then the number of cron values and those: spec,
+/// misfire, max fires, materialised through, next refill and the occurrences (none for a
+/// command without a cron schedule: a one-shot create is 14 arguments).
 /// Answers the state of the new one-shot timer, for apply.lua's answer that it used it.
 pub(super) fn command_args(
     r: &ApplyRequest,
@@ -51,42 +52,24 @@ pub(super) fn command_args(
     let def = r.op.def().map(encode).transpose()?.unwrap_or_default();
     let text = |n: Option<i64>| n.map(|n| n.to_string()).unwrap_or_default();
     let mut fresh = None;
-    match schedule {
+    let (kind, due) = match schedule {
         Some(Schedule::Once { due_ms }) => {
-            out.push("o");
-            out.push(due_ms);
             if let Op::Create { def: d, .. } = &r.op {
                 let deferred = *due_ms <= now_ms + super::super::state::DEFER_MS;
                 let f = Fresh::new(r, *due_ms, &def, &d.application, now_ms, deferred, history);
                 fresh = Some(f);
             }
-            out.push(def);
-            (0..5).for_each(|_| out.push(""));
+            ("o", due_ms.to_string())
         }
-        Some(Schedule::Cron {
-            spec,
-            first,
-            next_ms,
-        }) => {
-            out.push("c");
-            out.push(text(*next_ms));
-            out.push(def);
-            out.push(serde_json::to_vec(spec).map_err(bad_reply)?);
-            out.push(misfire_code(spec.misfire));
-            out.push(text(spec.max_fires));
-            out.push(first.covered_ms);
-            out.push(refill_at(first, now_ms));
-        }
-        None => {
-            out.push("");
-            out.push(match r.op {
-                Op::FireNow { at_ms } => at_ms.to_string(),
-                _ => String::new(),
-            });
-            out.push(def);
-            (0..5).for_each(|_| out.push(""));
-        }
-    }
+        Some(Schedule::Cron { next_ms, .. }) => ("c", text(*next_ms)),
+        None => match r.op {
+            Op::FireNow { at_ms } => ("", at_ms.to_string()),
+            _ => ("", String::new()),
+        },
+    };
+    out.push(kind);
+    out.push(due);
+    out.push(def);
     out.push(match r.op {
         Op::Resume { origin_ms } => origin_ms,
         _ => 0,
@@ -101,12 +84,18 @@ pub(super) fn command_args(
         }
         None => (0..2).for_each(|_| out.push("")),
     }
-    let dues = match schedule {
-        Some(Schedule::Cron { first, .. }) => first.dues.as_slice(),
-        _ => &[],
-    };
-    out.push(dues.len());
-    dues.iter().for_each(|d| out.push(d));
+    match schedule {
+        Some(Schedule::Cron { spec, first, .. }) => {
+            out.push(5 + first.dues.len());
+            out.push(serde_json::to_vec(spec).map_err(bad_reply)?);
+            out.push(misfire_code(spec.misfire));
+            out.push(text(spec.max_fires));
+            out.push(first.covered_ms);
+            out.push(refill_at(first, now_ms));
+            first.dues.iter().for_each(|d| out.push(d));
+        }
+        _ => out.push(0),
+    }
     Ok(fresh.and_then(|f| f.state))
 }
 

@@ -46,7 +46,8 @@ fn one_shot_create_args_follow_the_script_layout() {
     let t = texts(&args);
     assert_eq!(&t[..6], ["42", "create", "t1", "r1", "o", "1234"]);
     assert_eq!(args[6], codec::encode_stored(&def).unwrap());
-    assert_eq!(&t[7..16], ["", "", "", "", "", "0", "app", "", ""]);
+    // Origin, application, pending limit, pacing.
+    assert_eq!(&t[7..11], ["0", "app", "", ""]);
     // The record of the new timer around its definition, then no occurrences.
     let fresh = Fresh::new(
         &req(0, 42, Op::Cancel),
@@ -57,15 +58,15 @@ fn one_shot_create_args_follow_the_script_layout() {
         true,
         true,
     );
-    assert_eq!((&args[16], &args[17]), (&fresh.head, &fresh.tail));
-    assert_eq!(t[18], "0");
-    // The group length apply.lua steps by: 19 + the number of occurrences.
-    assert_eq!(args.len(), 19);
+    assert_eq!((&args[11], &args[12]), (&fresh.head, &fresh.tail));
+    assert_eq!(t[13], "0", "no cron values");
+    // The group length apply.lua steps by: 14 + the number of cron values.
+    assert_eq!(args.len(), 14);
     // A pending limit and the pacing travel with the command.
     let mut limited = req(0, 42, Op::Cancel);
     limited.max_pending = Some(25);
     limited.paced = true;
-    assert_eq!(&texts(&collect(&limited, 0))[14..16], ["25", "1"]);
+    assert_eq!(&texts(&collect(&limited, 0))[9..11], ["25", "1"]);
 }
 
 #[test]
@@ -94,11 +95,12 @@ fn cron_update_args_carry_the_window() {
     let t = texts(&collect(&req(1, 9, op), 1_000));
     assert_eq!(&t[..6], ["9", "update", "t1", "r1", "c", "5000"]);
     assert_eq!(t[6], "", "no definition: the current one stays");
-    assert_eq!(serde_json::from_str::<CronSpec>(&t[7]).unwrap(), spec);
-    // misfire, max fires, covered, refill halfway between now and covered, origin.
-    assert_eq!(&t[8..13], ["skip", "3", "11000", "6000", "0"]);
-    // No record of a new one-shot timer, then the occurrences.
-    assert_eq!(&t[13..], ["app", "", "", "", "", "2", "5000", "10000"]);
+    // Origin, application, no limit, not paced, no record of a new one-shot timer, then
+    // 5 + 2 cron values.
+    assert_eq!(&t[7..14], ["0", "app", "", "", "", "", "7"]);
+    assert_eq!(serde_json::from_str::<CronSpec>(&t[14]).unwrap(), spec);
+    // misfire, max fires, covered, refill halfway between now and covered, occurrences.
+    assert_eq!(&t[15..], ["skip", "3", "11000", "6000", "5000", "10000"]);
 }
 
 #[test]
@@ -106,10 +108,7 @@ fn lifecycle_args_have_no_schedule() {
     let t = texts(&collect(&req(0, 5, Op::Resume { origin_ms: 77 }), 0));
     assert_eq!(
         t,
-        [
-            "5", "resume", "t1", "r1", "", "", "", "", "", "", "", "", "77", "app", "", "", "", "",
-            "0"
-        ]
+        ["5", "resume", "t1", "r1", "", "", "", "77", "app", "", "", "", "", "0"]
     );
     let t = texts(&collect(&req(0, 6, Op::Cancel), 0));
     assert_eq!(&t[..2], ["6", "cancel"]);
