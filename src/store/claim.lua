@@ -142,15 +142,14 @@ local function cron_take(t, due, id)
   return take
 end
 
--- The lean take of one-shot member `member` of minute `m` (the hot path: no application
--- paced, no replay fence): reads the first five fields of the record in its own key
--- (v, st, rq, k, due) and the number of its definition's prefix, not the whole record.
--- Answers what take answers (the definition is the record's: ''), or false when the full
--- take decides (no own key, a record larger than SWAP_MAX, not a fixed-size array).
--- (It reads record.lua's positions: v, st, rq, k and due first, then a, then d.)
+-- The lean take of one-shot member `member` of minute `m` whose own key holds `s` (the
+-- hot path: no application paced, no replay fence): reads the first five fields of the
+-- record (v, st, rq, k, due) and the number of its definition's prefix, not the whole
+-- record. Answers what take answers (the definition is the record's: ''), or false when
+-- the full take decides (no own key, a record larger than SWAP_MAX, not a fixed-size
+-- array). (It reads record.lua's positions: v, st, rq, k and due first, then a, then d.)
 assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6 and REC_D == 7)
-local function take_lean(member, m)
-  local s = redis.call('GET', REC.base .. 't:' .. member)
+local function take_lean(member, m, s)
   local head = s and string.byte(s, 1)
   if not s or #s > SWAP_MAX or head < 0x90 or head > 0x9f then
     return false
@@ -175,15 +174,17 @@ end
 -- timer's definition and its packed record (one-shot, from its own key; else '') when it
 -- fires, else nil (also when it was parked).
 local function take(member, m, score)
-  if string.byte(member, 1) ~= 1 and not pacing and not fence_a then
-    local f, def, rec = take_lean(member, m)
-    if f ~= false then
-      return f, def, rec
-    end
-  end
   if string.byte(member, 1) ~= 1 then
-    -- A one-shot timer: read raw (the hot path).
-    local a, where, s = rec_raw(member)
+    -- A one-shot timer: read raw (the hot path), its own key once.
+    local own
+    if not pacing and not fence_a then
+      own = redis.call('GET', REC.base .. 't:' .. member)
+      local f, def, rec = take_lean(member, m, own)
+      if f ~= false then
+        return f, def, rec
+      end
+    end
+    local a, where, s = rec_raw(member, own)
     if not a then
       vanished = vanished + 1
       return nil

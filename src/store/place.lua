@@ -36,9 +36,13 @@ end
 -- The fire path's fast read of timer `id`: its packed array (positions above; the state
 -- as its code, a one-shot kind as false) and where it is ('own' or 'bucket'); nil when
 -- Redis has no record of it. No field table is built. From its own key, the packed
--- record follows (third value).
-local function rec_raw(id)
-  local s = redis.call('GET', REC.base .. 't:' .. id)
+-- record follows (third value). `own`: the own key's value when the caller read it
+-- already (false: none), so it is not read twice.
+local function rec_raw(id, own)
+  local s = own
+  if s == nil then
+    s = redis.call('GET', REC.base .. 't:' .. id)
+  end
   if s then
     return cmsgpack.unpack(s), 'own', s
   end
