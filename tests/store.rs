@@ -479,3 +479,82 @@ async fn every_claimed_fire_carries_the_definition_it_was_created_with() {
     ];
     assert_eq!(held, want, "which fires came with their record");
 }
+
+/// A claim cut short by its byte budget (one fire per claim here) leaves the members it did
+/// not go through due in their slices, and each fire in flight is scored by its due (the
+/// checkpoint's watermark reads those scores): one-shot timers in their own keys (the
+/// claim's lean path), in the bucket (its full path) and an extra fire (FIRE_NOW), each
+/// claimed once, in due order, none lost.
+#[tokio::test]
+async fn a_claim_cut_short_by_its_byte_budget_leaves_the_rest_due() {
+    let mut w = World::new("claim-budget").await;
+    let mut due = std::collections::BTreeMap::new();
+    for i in 0..4 {
+        let id = format!("own-{i}");
+        w.apply(once(&id, T0 + 5_000 + i), T0).await;
+        due.insert(id, T0 + 5_000 + i);
+    }
+    for i in 0..2 {
+        let id = format!("bucket-{i}");
+        w.apply(once(&id, T0 + 65_000 + i), T0).await;
+        due.insert(id, T0 + 65_000 + i);
+    }
+    while w.store.promote(0, w.epoch, T0 + 5_000, 100).await.unwrap() {}
+    let fire = TimerCommand {
+        application: "app".into(),
+        ..TimerCommand::new(CommandKind::FireNow, "bucket-1", "fire")
+    };
+    assert_eq!(
+        w.apply(fire, T0 + 6_000).await.outcome,
+        ApplyOutcome::Accepted
+    );
+    let upto = T0 + 70_000;
+    let mut window = common::store::window(upto, upto - 60_000, upto);
+    window.max_bytes = 1;
+    let k = ktimer::store::Keys::new(&w.prefix, "cmds", 0);
+    let mut con = w.redis().await;
+    let mut claimed = Vec::new();
+    for _ in 0..20 {
+        let c = w.store.claim(0, w.epoch, window.clone()).await.unwrap();
+        if c.fires.is_empty() {
+            break;
+        }
+        assert_eq!(
+            c.fires.len(),
+            1,
+            "one fire per claim within a 1-byte budget"
+        );
+        assert!(c.full, "a claim stopped by its budget says so");
+        for f in c.fires {
+            let score: f64 = redis::cmd("ZSCORE")
+                .arg(k.inflight())
+                .arg(&f.member)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            assert_eq!(score as i64, f.due_ms, "in-flight score of {}", f.member);
+            claimed.push((f.due_ms, f.timer_id));
+        }
+    }
+    let extra = claimed.iter().filter(|(_, id)| id == "bucket-1").count();
+    assert_eq!(
+        extra, 2,
+        "bucket-1 fires on its due and once more: {claimed:?}"
+    );
+    let mut sorted = claimed.clone();
+    sorted.sort();
+    assert_eq!(claimed, sorted, "fires come in due order");
+    let ids: std::collections::BTreeSet<_> = claimed.iter().map(|(_, id)| id.clone()).collect();
+    assert_eq!(ids, due.keys().cloned().collect(), "every timer fired");
+    assert_eq!(
+        claimed.len(),
+        due.len() + 1,
+        "each once, the extra fire besides"
+    );
+    for (d, id) in &claimed {
+        assert!(
+            *d == due[id] || id == "bucket-1",
+            "{id} claimed as due at {d}"
+        );
+    }
+}

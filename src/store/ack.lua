@@ -77,7 +77,7 @@ for i = 6, #ARGV do
       rec_put(id, t)
     else
       t.last = due
-      if t.fin == due or (t.mx and tonumber(t.n or '0') >= tonumber(t.mx)) then
+      if t.fin == due or fired_out(t) then
         complete(t, id, KEYS[3], KEYS[4])
       else
         rec_put(id, t)

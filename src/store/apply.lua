@@ -77,16 +77,16 @@ rec_init(ARGV[7], ARGV[2], KEYS[8])
 rec_history(ARGV[8], ARGV[9])
 local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1, fire = 1}
 local out = {}
-local top = -1
+-- top: the highest offset of the batch, as its decimal string (tonumber costs two
+-- strtod). deferred: set by a create whose timer is deferred rather than dirty. existed:
+-- set by each command, whether Redis held a record of its timer before it. indexed: the
+-- minutes entered in the slice index by this call (one ZADD per minute), as strings.
+-- last_m, last_ms, last_key: the last minute slice_add met, as a string, its slice key (a
+-- batch mostly shares a few minutes; each string.format is a printf). paced_app: the
+-- application of the command being applied when its fires are paced, else nil.
+local top, deferred, existed, indexed, paced_app = nil, false, false, {}, nil
+local last_m, last_ms, last_key = nil, nil, nil
 local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
--- Set by a create whose timer is deferred rather than dirty.
-local deferred = false
--- Set by each command: whether Redis held a record of its timer before it.
-local existed = false
--- Minutes entered in the slice index by this call (one ZADD per minute), as strings.
-local indexed = {}
--- The application of the command being applied when its fires are paced, else nil.
-local paced_app = nil
 
 -- Adds `member`, due `d` (a string; `nd` the same as a number, when known), to its slice
 -- or parked set. (Minutes as integer strings: Lua and Redis would printf numbers %.14g.)
@@ -96,11 +96,15 @@ local function slice_add(d, member, nd)
     redis.call('ZADD', KEYS[10], 'LT', d, paced_app)
     return
   end
-  local minute = string.format('%d', math.floor((nd or tonumber(d)) / 60000))
-  redis.call('ZADD', ARGV[3] .. minute, d, member)
-  if not indexed[minute] then
-    redis.call('ZADD', KEYS[3], minute, minute)
-    indexed[minute] = true
+  local m = math.floor((nd or tonumber(d)) / 60000)
+  if m ~= last_m then
+    last_m, last_ms = m, string.format('%d', m)
+    last_key = ARGV[3] .. last_ms
+  end
+  redis.call('ZADD', last_key, d, member)
+  if not indexed[last_ms] then
+    redis.call('ZADD', KEYS[3], last_ms, last_ms)
+    indexed[last_ms] = true
   end
 end
 
@@ -116,11 +120,6 @@ local function slice_remove(d, member, app)
   elseif removed == 0 and app then
     redis.call('ZREM', KEYS[10] .. ':' .. app, member)
   end
-end
-
--- Whether a cron timer has fired as often as it may.
-local function fired_out(t)
-  return t.mx and tonumber(t.n or '0') >= tonumber(t.mx)
 end
 
 -- Stores the schedule of the command whose group starts at ARGV[a] in `t` (timer `id`,
@@ -175,11 +174,11 @@ end
 -- timer's fields after it.
 local function apply_one(a)
   local off, op, id, rq_arg = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
-  local noff = tonumber(off)
-  if noff > top then
-    top = noff
+  if not top or #off > #top or (#off == #top and off > top) then
+    top = off
   end
   local t = rec_get(id)
+  local noff = t and tonumber(off)
   existed = t ~= nil
   if not OPS[op] then
     return 'rejected', 'unknown operation ' .. op, t
@@ -372,12 +371,12 @@ while a <= #ARGV do
   out[#out + 1] = t.st or ''
   out[#out + 1] = t.due or ''
   out[#out + 1] = reason
-  a = a + 14 + tonumber(ARGV[a + 13])
+  a = a + 14 + (ARGV[a + 13] == '0' and 0 or tonumber(ARGV[a + 13]))
 end
 for i = 1, #dirty, 1000 do
   redis.call('ZADD', KEYS[6], 'LT', unpack(dirty, i, math.min(i + 999, #dirty)))
 end
-if top > tonumber(redis.call('GET', KEYS[2]) or '-1') then
+if top and tonumber(top) > tonumber(redis.call('GET', KEYS[2]) or '-1') then
   redis.call('SET', KEYS[2], top)
 end
 -- The ids whose states the caller writes (one per line).

@@ -123,7 +123,7 @@ end
 local function cron_take(t, due, id)
   local d = tonumber(due)
   local take
-  if t.mx and tonumber(t.n or '0') >= tonumber(t.mx) then
+  if fired_out(t) then
     take = false
   elseif d < missed_before and not from_park then
     take = missed_fires(t, d, ARGV[7])
@@ -149,6 +149,15 @@ end
 -- the full take decides (no own key, a record larger than SWAP_MAX, not a fixed-size
 -- array). (It reads record.lua's positions: v, st, rq, k and due first, then a, then d.)
 assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6 and REC_D == 7)
+
+-- The in-flight member of one-shot timer `id` at version `v`, due `due` (numbers), and
+-- its in-flight score (the due as a string, cut out of the member: each integer
+-- formatted costs a printf, and a slice read with its scores one more per member).
+local function one_shot_flight(v, due, id)
+  local f = string.format('%d:%d:%s', v, due, id)
+  return f, string.sub(f, string.find(f, ':', 1, true) + 1, #f - #id - 1)
+end
+
 local function take_lean(member, m, s)
   local head = s and string.byte(s, 1)
   if not s or #s > SWAP_MAX or head < 0x90 or head > 0x9f then
@@ -167,21 +176,23 @@ local function take_lean(member, m, s)
       prefixes[n] = true
     end
   end
-  return string.format('%d:%d:%s', v, due, member), '', s
+  local f, score = one_shot_flight(v, due, member)
+  return f, '', s, score
 end
 
--- The in-flight member of slice member `member` (score `score`) of minute `m` (a number), the
--- timer's definition and its packed record (one-shot, from its own key; else '') when it
--- fires, else nil (also when it was parked).
+-- The in-flight member of slice member `member` of minute `m` (a number), the timer's
+-- definition, its packed record (one-shot, from its own key; else '') and its in-flight
+-- score when it fires, else nil (also when it was parked: with `score`, its score in a
+-- parked set; nil: read from a slice).
 local function take(member, m, score)
   if string.byte(member, 1) ~= 1 then
     -- A one-shot timer: read raw (the hot path), its own key once.
     local own
     if not pacing and not fence_a then
       own = redis.call('GET', REC.base .. 't:' .. member)
-      local f, def, rec = take_lean(member, m, own)
+      local f, def, rec, fscore = take_lean(member, m, own)
       if f ~= false then
-        return f, def, rec
+        return f, def, rec, fscore
       end
     end
     local a, where, s = rec_raw(member, own)
@@ -190,14 +201,14 @@ local function take(member, m, score)
       return nil
     end
     local app = pacing and rec_app_raw(a)
+    local due = a[REC_DUE]
     if app and over(app) then
-      park(app, score, member)
+      park(app, score or string.format('%d', due or m * 60000), member)
       return nil
     end
-    local due = a[REC_DUE]
     if due and a[REC_ST] == 1 and not a[REC_K] and due <= upto and math.floor(due / 60000) == m then
       -- (Integers formatted as such: Lua's own number to string is a %.14g printf.)
-      local f = string.format('%d:%d:%s', a[REC_V], due, member)
+      local f, fscore = one_shot_flight(a[REC_V], due, member)
       if acked_before(tonumber(a[REC_V]), due, f) then
         if a[REC_P] then
           redis.call('ZADD', KEYS[5], 'NX', 'inf', member)
@@ -213,9 +224,9 @@ local function take(member, m, score)
         if type(d) == 'table' then
           prefixes[d[1]] = true
         end
-        return f, '', s
+        return f, '', s, fscore
       end
-      return f, rec_def(a[REC_D]), ''
+      return f, rec_def(a[REC_D]), '', fscore
     end
     return nil
   end
@@ -233,13 +244,13 @@ local function take(member, m, score)
     if a and a[REC_D] then
       local app = pacing and rec_app_raw(a)
       if app and over(app) then
-        park(app, score, member)
+        park(app, score or due, member)
         return nil
       end
       if app then
         took(app)
       end
-      return string.sub(member, 2), rec_def(a[REC_D]), ''
+      return string.sub(member, 2), rec_def(a[REC_D]), '', due
     end
     return nil
   end
@@ -249,41 +260,45 @@ local function take(member, m, score)
     return nil
   end
   if pacing and t.v == ver and t.st == 'scheduled' and over(t.a) then
-    park(t.a, score, member)
+    park(t.a, score or due, member)
     return nil
   end
   if t.v == ver and t.st == 'scheduled' and t.k == 'c' and cron_take(t, due, id) then
     if pacing then
       took(t.a)
     end
-    return string.sub(member, 2), t.d, ''
+    return string.sub(member, 2), t.d, '', due
   end
   return nil
 end
 
--- Takes the members of `items` ((member, score) pairs read from `key`, a slice of minute
--- `m` (a number) or, with m nil, a parked set, and already removed from it) until the limits; those
--- left over go back to `key`.
+-- Takes the members of `items` until the limits: the first members of the slice of minute
+-- `m` (a number; without scores, still in it), or, with m nil, (member, score) pairs read
+-- from parked set `key`, removed from it (those left over go back). Answers how many it
+-- went through (the caller removes them from the slice by rank: take never changes one).
 local function take_all(items, key, m)
-  for i = 1, #items, 2 do
+  local step = m and 1 or 2
+  for i = 1, #items, step do
     if n >= limit or bytes_left <= 0 then
-      for j = i, #items, 2 do
+      for j = i, m and 0 or #items, 2 do
         redis.call('ZADD', key, items[j + 1], items[j])
       end
-      return
+      return (i - 1) / step
     end
     n = n + 1
-    local score = items[i + 1]
-    local member, def, rec = take(items[i], m or math.floor(tonumber(score) / 60000), score)
+    local score = items[i + step - 1]
+    local member, def, rec, fscore = take(items[i], m or math.floor(tonumber(score) / 60000),
+      not m and score or nil)
     if member then
       bytes_left = bytes_left - #def - #rec
-      flight[#flight + 1] = score
+      flight[#flight + 1] = fscore
       flight[#flight + 1] = member
       out[#out + 1] = member
       out[#out + 1] = def
       out[#out + 1] = rec
     end
   end
+  return #items / step
 end
 
 -- Parked members first: they were due before what the slices hold of their application.
@@ -313,14 +328,15 @@ for _, m in ipairs(minutes) do
     break
   end
   local skey = ARGV[4] .. m
-  local items = redis.call('ZRANGEBYSCORE', skey, '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit - n)
+  -- Without scores: each one is a %.17g printf in Redis; take knows the due.
+  local items = redis.call('ZRANGEBYSCORE', skey, '-inf', ARGV[2], 'LIMIT', 0, limit - n)
   -- One removal per slice and one ZADD per call, not one per member (a call from Lua
   -- costs about as much as the work it does).
-  -- The members read are the slice's first ones: removed by rank, in one call.
-  if #items > 0 then
-    redis.call('ZREMRANGEBYRANK', skey, 0, #items / 2 - 1)
+  -- The members gone through are the slice's first ones: removed by rank, in one call.
+  local through = take_all(items, skey, tonumber(m))
+  if through > 0 then
+    redis.call('ZREMRANGEBYRANK', skey, 0, through - 1)
   end
-  take_all(items, skey, tonumber(m))
   if redis.call('EXISTS', skey) == 0 then
     redis.call('ZREM', KEYS[2], m)
   end

@@ -1,6 +1,11 @@
 -- Timer helpers, prepended (after record.lua) to apply.lua, claim.lua, recover.lua,
 -- ack.lua and materialize.lua (one source for all). `t` is a timer's fields (rec_get).
 
+-- Whether a cron timer has fired as often as it may (its max fires).
+local function fired_out(t)
+  return t.mx and tonumber(t.n or '0') >= tonumber(t.mx)
+end
+
 -- Whether a cron occurrence due at `d` that was missed still fires, by the timer's
 -- policy: skip drops it; once fires the first occurrence missed in an outage and drops
 -- the others missed by then (lf: when that late fire was taken, lfd: its due, which
