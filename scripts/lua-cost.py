@@ -45,8 +45,13 @@ def source(rev, name):
 def scripts(rev):
     with_prelude = lambda name: "".join(source(rev, p) for p in PRELUDE) + source(rev, name)
     writing = source(rev, "writing.lua")
-    return {"apply": writing + with_prelude("apply.lua"), "promote": with_prelude("promote.lua"),
-            "claim": with_prelude("claim.lua"), "swap": with_prelude("swap.lua")}
+    out = {"apply": writing + with_prelude("apply.lua"), "promote": with_prelude("promote.lua"),
+           "claim": with_prelude("claim.lua"), "swap": with_prelude("swap.lua")}
+    try:
+        out["create"] = with_prelude("create.lua")
+    except subprocess.CalledProcessError:
+        pass  # (a revision before create.lua: its creates go through apply.lua)
+    return out
 
 
 def fresh(offset, due, now):
@@ -96,6 +101,34 @@ class Counted:
         self.proc.wait()
 
 
+def create_calls(r, sha, timers, now, due0):
+    """The creates of `timers` new one-shot timers, as ktimer sends them: to create.lua
+    when the revision has it (`sha["via"]`), else to apply.lua; calls of 100."""
+    keys = lambda names: [B + k for k in names]
+    for first in range(0, timers, 100):
+        groups = []
+        for i in range(first, min(first + 100, timers)):
+            off, due, tid = 1000 + i, due0 + i, f"t{i}"
+            head, tail = fresh(off, due, now)
+            if sha["via"] == "create":
+                groups += [off, tid, due, DEF, head, tail]
+            elif sha["compact"]:
+                groups += [off, "create", tid, tid, "o", due, DEF, "0", "default", "", "", head,
+                           tail, "0"]
+            else:  # (the groups of 19 arguments before the cron values went last)
+                groups += [off, "create", tid, tid, "o", due, DEF, "", "", "", "", "", "0",
+                           "default", "", "", head, tail, "0"]
+        if sha["via"] == "create":
+            r.evalsha(sha["create"], 7, *keys(["epoch", "offset", "idx", "dirty", "deferred:off",
+                                               "apps", "writing"]),
+                      EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, "1", "default", *groups)
+        else:
+            r.evalsha(sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron",
+                                               "dirty", "deferred:off", "apps", "writing", "pk"]),
+                      EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, 20, 604_800_000, "1",
+                      *groups)
+
+
 def life(c, sha, timers):
     """Drives `timers` timers through create, promotion, claim and swap: instructions per op."""
     # Due 5 to 9 s after their create: deferred, their states never written (the burst).
@@ -104,19 +137,7 @@ def life(c, sha, timers):
     r.set(B + "epoch", EPOCH)
     keys = lambda names: [B + k for k in names]
     c.mark()
-    for first in range(0, timers, 100):
-        args = [EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, 20, 604_800_000, "1"]
-        for i in range(first, min(first + 100, timers)):
-            off, due, tid = 1000 + i, due0 + i, f"t{i}"
-            head, tail = fresh(off, due, now)
-            if sha["compact"]:
-                args += [off, "create", tid, tid, "o", due, DEF, "0", "default", "", "", head,
-                         tail, "0"]
-            else:  # (the groups of 19 arguments before the cron values went last)
-                args += [off, "create", tid, tid, "o", due, DEF, "", "", "", "", "", "0",
-                         "default", "", "", head, tail, "0"]
-        r.evalsha(sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron", "dirty",
-                                           "deferred:off", "apps", "writing", "pk"]), *args)
+    create_calls(r, sha, timers, now, due0)
     out = {"create": c.mark()}
     while r.evalsha(sha["promote"], 3, *keys(["epoch", "idx", "rb"]), EPOCH, B, B + "s:",
                     due0 + timers, 1000) == 1:
@@ -166,13 +187,16 @@ def main():
     c = Counted(work)
     try:
         print(f"Redis instructions per operation, {a.timers} one-shot timers (callgrind):")
-        print(f"{'revision':<24}{'create':>10}{'promote':>10}{'claim':>10}{'swap':>10}")
+        print(f"{'revision':<32}{'create':>10}{'promote':>10}{'claim':>10}{'swap':>10}")
         for rev in a.revs:
             sha = {k: c.r.script_load(v) for k, v in scripts(rev).items()}
             sha["compact"] = "the number of cron values that follow" in source(rev, "apply.lua")
-            n = life(c, sha, a.timers)
-            print(f"{rev:<24}" + "".join(f"{n[k]:>10.0f}" for k in
-                                         ["create", "promote", "claim", "swap"]), flush=True)
+            for via in ["apply", "create"] if "create" in sha else ["apply"]:
+                sha["via"] = via
+                n = life(c, sha, a.timers)
+                name = f"{rev} ({via}.lua)" if "create" in sha else rev
+                print(f"{name:<32}" + "".join(f"{n[k]:>10.0f}" for k in
+                                             ["create", "promote", "claim", "swap"]), flush=True)
     finally:
         c.stop()
         shutil.rmtree(work, ignore_errors=True)

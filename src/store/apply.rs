@@ -4,15 +4,15 @@ use super::fresh::FreshState;
 use super::state::States;
 use super::{bad_reply, Store, StoreError};
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, TimerFields, TimerState};
-use args::command_args;
+use args::{command_args, create_args};
+use chunks::{chunks, Chunk};
+use create::{accepted, parse_created, Created};
 use redis::{FromRedisValue, Pipeline};
 use std::collections::{BTreeMap, HashMap};
 
 mod args;
-
-/// Most commands of one partition applied in one script call: bounds how long one call
-/// keeps Redis busy (a claim waits behind it) to a couple of ms (about 20 µs apiece).
-const APPLY_CHUNK: usize = 100;
+mod chunks;
+mod create;
 
 /// Fields apply.lua answers per command: code, version, state, due, reason.
 const ANSWER_FIELDS: usize = 5;
@@ -67,7 +67,7 @@ impl Store {
         marks: &[Mark],
         now_ms: i64,
     ) -> Result<(Vec<Applied>, Vec<i32>), StoreError> {
-        let (applied, moved, _) = self.apply_calls(reqs, marks, now_ms, false).await?;
+        let (applied, moved, _) = self.apply_calls(reqs, marks, now_ms, false, true).await?;
         Ok((applied, moved))
     }
 
@@ -80,20 +80,23 @@ impl Store {
         marks: &[Mark],
         now_ms: i64,
     ) -> Result<ApplyResult, StoreError> {
-        self.apply_calls(reqs, marks, now_ms, true).await
+        self.apply_calls(reqs, marks, now_ms, true, true).await
     }
 
+    /// With `fast`, runs of new one-shot timers go to create.lua (chunks.rs); the
+    /// timers it answers back (Redis holds them) are applied after the rest, without it.
     async fn apply_calls(
         &self,
         reqs: &[ApplyRequest],
         marks: &[Mark],
         now_ms: i64,
         writing: bool,
+        fast: bool,
     ) -> Result<ApplyResult, StoreError> {
         if reqs.is_empty() && marks.is_empty() {
             return Ok((vec![], vec![], vec![]));
         }
-        let chunks = chunks(reqs);
+        let chunks = chunks(reqs, fast);
         let floor = |p: i32| {
             marks
                 .iter()
@@ -106,32 +109,14 @@ impl Store {
         // The states of new one-shot timers, by (partition, offset).
         let mut fresh = HashMap::new();
         for (c, chunk) in chunks.iter().enumerate() {
-            let first = &reqs[chunk[0]];
-            let k = self.keys(first.partition);
-            let mut inv = self.scripts.apply.call();
-            inv.key(k.epoch())
-                .key(k.offset())
-                .key(k.index())
-                .key(k.inflight())
-                .key(k.cron())
-                .key(k.dirty())
-                .key(k.deferred())
-                .key(k.apps())
-                .key(k.writing())
-                .key(k.parked())
-                .arg(first.epoch)
-                .arg(self.retention_ms)
-                .arg(k.slice_prefix())
-                .arg(floor(first.partition))
-                .arg(now_ms)
-                .arg(super::state::DEFER_MS)
-                .arg(k.base())
-                .arg(self.history.entries)
-                .arg(self.history.ttl_ms)
-                .arg(if writing { "1" } else { "0" });
-            for &i in chunk {
+            let first = &reqs[chunk.reqs[0]];
+            let mut inv = self.chunk_call(first, chunk, floor(first.partition), now_ms, writing);
+            for &i in &chunk.reqs {
                 let history = self.history.entries > 0;
-                let state = command_args(&reqs[i], now_ms, history, &mut inv)?;
+                let state = match chunk.create {
+                    true => create_args(&reqs[i], now_ms, history, &mut inv)?,
+                    false => command_args(&reqs[i], now_ms, history, &mut inv)?,
+                };
                 if let Some(f) = state.filter(|_| writing) {
                     fresh.insert((reqs[i].partition, reqs[i].offset), f);
                 }
@@ -158,48 +143,175 @@ impl Store {
                 .map(|(p, _)| self.run::<Vec<redis::Value>>("apply", p)),
         )
         .await?;
-        let mut applied: Vec<Option<Applied>> = vec![None; reqs.len()];
-        let mut moved = Vec::new();
-        let mut written = Vec::new();
+        let mut out = Outcome {
+            applied: vec![None; reqs.len()],
+            moved: Vec::new(),
+            written: Vec::new(),
+            later: Vec::new(),
+        };
         let answered = pipes.values().flat_map(|(_, calls)| calls);
         for (call, v) in answered.zip(replies.into_iter().flatten()) {
             match *call {
-                Call::Chunk(c) => {
-                    let row: Vec<redis::Value> = super::packed::items(v)?;
-                    let p = reqs[chunks[c][0]].partition;
-                    let mut sent_states = Vec::new();
-                    let sent = |id: String, off: i64| {
-                        let state = fresh.remove(&(p, off));
-                        let state = state.ok_or_else(|| bad_reply(format!("no state at {off}")))?;
-                        sent_states.push((id, state));
-                        Ok(())
-                    };
-                    let (answers, timers) = parse_chunk(row, chunks[c].len(), sent)?;
-                    for (&i, a) in chunks[c].iter().zip(answers) {
-                        applied[i] = Some(a);
-                    }
-                    if !timers.is_empty() || !sent_states.is_empty() {
-                        let first = &reqs[chunks[c][0]];
-                        written.push(Written {
-                            partition: first.partition,
-                            epoch: first.epoch,
-                            first: first.offset,
-                            timers,
-                            fresh: sent_states,
-                        });
-                    }
-                }
+                Call::Chunk(c) => out.chunk(reqs, &chunks[c], v, &mut fresh)?,
                 Call::Mark(i) => {
                     if i64::from_redis_value(v).map_err(bad_reply)? < 0 {
-                        moved.push(marks[i].partition);
+                        out.moved.push(marks[i].partition);
                     }
                 }
             }
         }
-        let applied = applied
-            .into_iter()
-            .map(|a| a.expect("every command answered"));
-        Ok((applied.collect(), moved, written))
+        if !out.later.is_empty() {
+            // Timers create.lua answered back: Redis holds them; apply.lua decides. No
+            // other command of the batch names them, so they may follow it.
+            let later: Vec<ApplyRequest> = out.later.iter().map(|&i| reqs[i].clone()).collect();
+            let (applied, moved, written) =
+                Box::pin(self.apply_calls(&later, &[], now_ms, writing, false)).await?;
+            for (&i, a) in out.later.iter().zip(applied) {
+                out.applied[i] = Some(a);
+            }
+            out.moved.extend(moved);
+            out.written.extend(written);
+        }
+        let applied = out.applied.into_iter();
+        let applied = applied.map(|a| a.expect("every command answered"));
+        Ok((applied.collect(), out.moved, out.written))
+    }
+
+    /// The script call of `chunk` (its first command `first`), its keys and header
+    /// arguments: create.lua's or apply.lua's.
+    fn chunk_call(
+        &self,
+        first: &ApplyRequest,
+        chunk: &Chunk,
+        floor: i64,
+        now_ms: i64,
+        writing: bool,
+    ) -> super::scripts::Call<'_> {
+        let k = self.keys(first.partition);
+        let writing = if writing { "1" } else { "0" };
+        if chunk.create {
+            let mut inv = self.scripts.create.call();
+            inv.key(k.epoch())
+                .key(k.offset())
+                .key(k.index())
+                .key(k.dirty())
+                .key(k.deferred())
+                .key(k.apps())
+                .key(k.writing())
+                .arg(first.epoch)
+                .arg(self.retention_ms)
+                .arg(k.slice_prefix())
+                .arg(floor)
+                .arg(now_ms)
+                .arg(super::state::DEFER_MS)
+                .arg(k.base())
+                .arg(writing)
+                .arg(&first.application);
+            return inv;
+        }
+        let mut inv = self.scripts.apply.call();
+        inv.key(k.epoch())
+            .key(k.offset())
+            .key(k.index())
+            .key(k.inflight())
+            .key(k.cron())
+            .key(k.dirty())
+            .key(k.deferred())
+            .key(k.apps())
+            .key(k.writing())
+            .key(k.parked())
+            .arg(first.epoch)
+            .arg(self.retention_ms)
+            .arg(k.slice_prefix())
+            .arg(floor)
+            .arg(now_ms)
+            .arg(super::state::DEFER_MS)
+            .arg(k.base())
+            .arg(self.history.entries)
+            .arg(self.history.ttl_ms)
+            .arg(writing);
+        inv
+    }
+}
+
+/// What an apply pipeline answered, gathered per command.
+struct Outcome {
+    applied: Vec<Option<Applied>>,
+    moved: Vec<i32>,
+    written: Vec<Written>,
+    /// Commands create.lua answered back, for apply.lua.
+    later: Vec<usize>,
+}
+
+impl Outcome {
+    /// Takes the answer `v` for `chunk` of `reqs`; `fresh`: the states of its new
+    /// one-shot timers, by (partition, offset).
+    fn chunk(
+        &mut self,
+        reqs: &[ApplyRequest],
+        chunk: &Chunk,
+        v: redis::Value,
+        fresh: &mut HashMap<(i32, i64), FreshState>,
+    ) -> Result<(), StoreError> {
+        let first = &reqs[chunk.reqs[0]];
+        let p = first.partition;
+        let mut sent_states = Vec::new();
+        let mut timers = Vec::new();
+        let mut entry = first.offset;
+        if chunk.create {
+            let Created::Done { owed, skipped } = parse_created(v, chunk.reqs.len())? else {
+                chunk
+                    .reqs
+                    .iter()
+                    .for_each(|&i| self.applied[i] = Some(Applied::fenced()));
+                return Ok(());
+            };
+            let mut created = Vec::new();
+            for (at, &i) in chunk.reqs.iter().enumerate() {
+                match skipped.binary_search(&at) {
+                    Ok(_) => self.later.push(i),
+                    Err(_) => created.push(i),
+                }
+            }
+            for &i in &created {
+                let r = &reqs[i];
+                self.applied[i] = Some(accepted(r));
+                if let Some(state) = fresh.remove(&(p, r.offset)) {
+                    sent_states.push((r.timer_id.clone(), state));
+                }
+            }
+            if sent_states.len() != owed {
+                let got = sent_states.len();
+                return Err(bad_reply(format!(
+                    "create wrote {owed} states, ktimer {got}"
+                )));
+            }
+            // (create.lua names the entry by the first timer it created.)
+            entry = created.first().map_or(entry, |&i| reqs[i].offset);
+        } else {
+            let sent = |id: String, off: i64| {
+                let state = fresh.remove(&(p, off));
+                let state = state.ok_or_else(|| bad_reply(format!("no state at {off}")))?;
+                sent_states.push((id, state));
+                Ok(())
+            };
+            let row: Vec<redis::Value> = super::packed::items(v)?;
+            let (answers, states) = parse_chunk(row, chunk.reqs.len(), sent)?;
+            for (&i, a) in chunk.reqs.iter().zip(answers) {
+                self.applied[i] = Some(a);
+            }
+            timers = states;
+        }
+        if !timers.is_empty() || !sent_states.is_empty() {
+            self.written.push(Written {
+                partition: p,
+                epoch: first.epoch,
+                first: entry,
+                timers,
+                fresh: sent_states,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -210,23 +322,6 @@ enum Call {
     Chunk(usize),
     /// The index of the mark.
     Mark(usize),
-}
-
-/// Groups `reqs` into script calls: runs of up to [`APPLY_CHUNK`] commands of one
-/// partition, in offset order; each chunk lists the indexes of its commands in `reqs`.
-fn chunks(reqs: &[ApplyRequest]) -> Vec<Vec<usize>> {
-    let mut chunks: Vec<Vec<usize>> = Vec::new();
-    let mut open: HashMap<i32, usize> = HashMap::new();
-    for (i, r) in reqs.iter().enumerate() {
-        match open.get(&r.partition) {
-            Some(&c) if chunks[c].len() < APPLY_CHUNK => chunks[c].push(i),
-            _ => {
-                open.insert(r.partition, chunks.len());
-                chunks.push(vec![i]);
-            }
-        }
-    }
-    chunks
 }
 
 /// Parses apply.lua's answer for a chunk of `n` commands: what each did, then the

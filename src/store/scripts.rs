@@ -99,6 +99,7 @@ impl std::ops::Deref for Lua {
 /// The Lua scripts, loaded once.
 pub(super) struct Scripts {
     pub(super) apply: Lua,
+    pub(super) create: Lua,
     pub(super) mark: Lua,
     pub(super) claim: Lua,
     pub(super) ack: Lua,
@@ -122,6 +123,7 @@ impl Scripts {
             apply: Lua::new(&with_prelude(
                 &[WRITING, include_str!("apply.lua")].concat(),
             )),
+            create: Lua::new(&with_prelude(include_str!("create.lua"))),
             mark: Lua::new(include_str!("mark.lua")),
             claim: Lua::new(&with_prelude(include_str!("claim.lua"))),
             ack: Lua::new(&with_prelude(include_str!("ack.lua"))),
@@ -143,9 +145,10 @@ impl Scripts {
     }
 
     /// Every script with its name (the file it comes from).
-    pub(super) fn named(&self) -> [(&'static str, &Lua); 16] {
+    pub(super) fn named(&self) -> [(&'static str, &Lua); 17] {
         [
             ("apply", &self.apply),
+            ("create", &self.create),
             ("mark", &self.mark),
             ("claim", &self.claim),
             ("ack", &self.ack),

@@ -55,9 +55,7 @@ pub(super) fn command_args(
     let (kind, due) = match schedule {
         Some(Schedule::Once { due_ms }) => {
             if let Op::Create { def: d, .. } = &r.op {
-                let deferred = *due_ms <= now_ms + super::super::state::DEFER_MS;
-                let f = Fresh::new(r, *due_ms, &def, &d.application, now_ms, deferred, history);
-                fresh = Some(f);
+                fresh = Some(fresh_record(r, *due_ms, &def, d, now_ms, history));
             }
             ("o", due_ms.to_string())
         }
@@ -97,6 +95,60 @@ pub(super) fn command_args(
         _ => out.push(0),
     }
     Ok(fresh.and_then(|f| f.state))
+}
+
+/// The record ktimer packs for new one-shot timer `r` (due `due_ms`, stored definition
+/// `def` of `d`), applied at `now_ms`: deferred when due within the deferral window.
+fn fresh_record(
+    r: &ApplyRequest,
+    due_ms: i64,
+    def: &[u8],
+    d: &TimerDef,
+    now_ms: i64,
+    history: bool,
+) -> Fresh {
+    let deferred = due_ms <= now_ms + super::super::state::DEFER_MS;
+    Fresh::new(r, due_ms, def, &d.application, now_ms, deferred, history)
+}
+
+/// Whether `r` may go to create.lua: a create of a one-shot timer of an application with
+/// no pending limit whose fires are not paced (create.lua neither counts nor parks).
+pub(super) fn creates_once(r: &ApplyRequest) -> bool {
+    let once = matches!(
+        &r.op,
+        Op::Create {
+            schedule: Schedule::Once { .. },
+            ..
+        }
+    );
+    once && r.max_pending.is_none() && !r.paced
+}
+
+/// Appends create.lua's group for `r` ([`creates_once`]): offset, timer id, due, stored
+/// definition, and the head and tail of its record ([`Fresh`]). Answers its state (none
+/// when deferred).
+pub(super) fn create_args(
+    r: &ApplyRequest,
+    now_ms: i64,
+    history: bool,
+    out: &mut impl Args,
+) -> Result<Option<FreshState>, StoreError> {
+    let Op::Create {
+        def: d,
+        schedule: Schedule::Once { due_ms },
+    } = &r.op
+    else {
+        return Err(bad_reply("create.lua takes creates of one-shot timers"));
+    };
+    let def = codec::encode_stored(d).map_err(bad_reply)?;
+    let f = fresh_record(r, *due_ms, &def, d, now_ms, history);
+    out.push(r.offset);
+    out.push(&r.timer_id);
+    out.push(*due_ms);
+    out.push(&def);
+    out.push(&f.head);
+    out.push(&f.tail);
+    Ok(f.state)
 }
 
 fn op_name(op: &Op) -> &'static str {

@@ -1,4 +1,6 @@
-use super::args::command_args;
+use super::args::{command_args, create_args};
+use super::chunks::{chunks, Chunk, APPLY_CHUNK};
+use super::create::{parse_created, Created};
 use super::*;
 use crate::codec;
 use crate::command::{Callback, MisfirePolicy};
@@ -120,7 +122,7 @@ fn commands_are_chunked_per_partition_in_order() {
     let n = 2 * APPLY_CHUNK as i64 + 50;
     let mut reqs: Vec<ApplyRequest> = (0..n).map(|i| req(0, i, Op::Cancel)).collect();
     reqs.insert(1, req(3, 0, Op::Pause));
-    let c = chunks(&reqs);
+    let c: Vec<Vec<usize>> = chunks(&reqs, true).into_iter().map(|c| c.reqs).collect();
     assert_eq!(c.len(), 4);
     assert_eq!(c[0].len(), APPLY_CHUNK);
     assert_eq!(c[1], vec![1]);
@@ -128,6 +130,103 @@ fn commands_are_chunked_per_partition_in_order() {
     assert_eq!(c[2].len(), APPLY_CHUNK);
     assert_eq!(c[3].len(), 50);
     assert!(c[3].windows(2).all(|w| w[0] < w[1]));
+}
+
+fn create_once(partition: i32, offset: i64, id: &str, app: &str) -> ApplyRequest {
+    let def = TimerDef {
+        application: app.into(),
+        callback: Callback::default(),
+    };
+    let op = Op::Create {
+        schedule: Schedule::Once { due_ms: 90_000 },
+        def,
+    };
+    ApplyRequest {
+        timer_id: id.into(),
+        application: app.into(),
+        ..req(partition, offset, op)
+    }
+}
+
+#[test]
+fn runs_of_new_one_shot_timers_of_one_application_go_to_create_lua() {
+    let mut limited = create_once(0, 5, "e", "a");
+    limited.max_pending = Some(10);
+    let mut paced = create_once(0, 6, "f", "a");
+    paced.paced = true;
+    let reqs = vec![
+        create_once(0, 0, "a", "a"),
+        create_once(0, 1, "b", "a"),
+        create_once(0, 2, "c", "other"),
+        create_once(0, 3, "d", "other"),
+        req(0, 4, Op::Cancel),
+        limited,
+        paced,
+        create_once(0, 7, "g", "a"),
+        // "t1" is named twice in the batch (a create, then a cancel): apply.lua takes both.
+        create_once(0, 8, "t1", "a"),
+        req(0, 9, Op::Cancel),
+        create_once(1, 0, "a", "a"),
+    ];
+    let got = chunks(&reqs, true);
+    let want = |create: bool, reqs: &[usize]| Chunk {
+        create,
+        reqs: reqs.to_vec(),
+    };
+    let expected = vec![
+        want(true, &[0, 1]),
+        want(true, &[2, 3]),
+        want(false, &[4, 5, 6]),
+        want(true, &[7]),
+        want(false, &[8, 9]),
+        want(true, &[10]),
+    ];
+    assert_eq!(got, expected);
+    // Without the fast path (create.lua's answered-back timers), apply.lua takes all.
+    assert!(chunks(&reqs, false).iter().all(|c| !c.create));
+}
+
+#[test]
+fn create_args_follow_create_lua_layout() {
+    let r = create_once(0, 42, "t9", "app");
+    let mut args: Vec<Vec<u8>> = Vec::new();
+    let state = create_args(&r, 0, true, &mut args).unwrap();
+    let t = texts(&args);
+    assert_eq!(&t[..3], ["42", "t9", "90000"]);
+    let whole = collect(&r, 0);
+    // The definition and the record's head and tail are what apply.lua would get.
+    assert_eq!(args[3], whole[6]);
+    assert_eq!((&args[4], &args[5]), (&whole[11], &whole[12]));
+    assert_eq!(args.len(), 6);
+    assert!(
+        state.is_some(),
+        "due after the deferral window: a state is owed"
+    );
+    assert!(create_args(&req(0, 1, Op::Cancel), 0, true, &mut args).is_err());
+}
+
+#[test]
+fn create_lua_answers_parse() {
+    use redis::Value;
+    let arr = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
+    let done = |owed, skipped: &[usize]| Created::Done {
+        owed,
+        skipped: skipped.to_vec(),
+    };
+    assert_eq!(parse_created(arr(&[3]), 3).unwrap(), done(3, &[]));
+    assert_eq!(parse_created(arr(&[1, 1, 3]), 3).unwrap(), done(1, &[0, 2]));
+    let fenced = Value::Array(vec![Value::BulkString(b"fenced".to_vec())]);
+    assert_eq!(parse_created(fenced, 3).unwrap(), Created::Fenced);
+    // Out of range, out of order, more states than timers.
+    for bad in [
+        arr(&[0, 4]),
+        arr(&[0, 2, 2]),
+        arr(&[0, 0]),
+        arr(&[3, 1]),
+        arr(&[]),
+    ] {
+        assert!(parse_created(bad, 3).is_err());
+    }
 }
 
 #[test]

@@ -1,0 +1,55 @@
+//! Grouping a batch's commands into script calls (pure; unit tests in `tests.rs`).
+
+use super::args::creates_once;
+use crate::timer::ApplyRequest;
+use std::collections::HashMap;
+
+/// Most commands of one partition applied in one script call: bounds how long one call
+/// keeps Redis busy (a claim waits behind it) to a couple of ms (about 20 µs apiece).
+pub(super) const APPLY_CHUNK: usize = 100;
+
+/// One script call's commands: indexes into the batch, in offset order.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Chunk {
+    /// create.lua takes them (new one-shot timers of one application), else apply.lua.
+    pub create: bool,
+    /// The indexes of the commands in the batch.
+    pub reqs: Vec<usize>,
+}
+
+/// Groups `reqs` into script calls: runs of up to [`APPLY_CHUNK`] commands of one
+/// partition, in offset order. With `fast`, a run of creates of one-shot timers of one
+/// application ([`creates_once`]) whose ids no other command of the batch names in that
+/// partition is a create.lua chunk: what Redis answers back for it (a timer it holds)
+/// is applied after the rest of the batch without reordering any timer's commands.
+pub(super) fn chunks(reqs: &[ApplyRequest], fast: bool) -> Vec<Chunk> {
+    let mut named: HashMap<(i32, &str), usize> = HashMap::new();
+    if fast {
+        for r in reqs {
+            *named.entry((r.partition, r.timer_id.as_str())).or_default() += 1;
+        }
+    }
+    let create = |r: &ApplyRequest| {
+        fast && creates_once(r) && named[&(r.partition, r.timer_id.as_str())] == 1
+    };
+    let mut chunks: Vec<Chunk> = Vec::new();
+    let mut open: HashMap<i32, usize> = HashMap::new();
+    for (i, r) in reqs.iter().enumerate() {
+        let c = create(r);
+        let fits = |chunk: &Chunk| {
+            let app = |j: usize| reqs[j].application == r.application;
+            chunk.reqs.len() < APPLY_CHUNK && chunk.create == c && (!c || app(chunk.reqs[0]))
+        };
+        match open.get(&r.partition) {
+            Some(&k) if fits(&chunks[k]) => chunks[k].reqs.push(i),
+            _ => {
+                open.insert(r.partition, chunks.len());
+                chunks.push(Chunk {
+                    create: c,
+                    reqs: vec![i],
+                });
+            }
+        }
+    }
+    chunks
+}
