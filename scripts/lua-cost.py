@@ -3,8 +3,9 @@
 
 Runs one redis-server under valgrind's callgrind (instruction counts do not move with the
 host's load, unlike CPU time on shared cores) and drives the scripts of each revision
-given through one timer's life, as ktimer would: creates (apply.lua, the new one-shot
-timer's record packed as src/store/fresh.rs packs it, calls of 100), the promotion to
+given through one timer's life, as ktimer would: creates (the new one-shot timer's record
+packed as src/store/fresh.rs packs it, calls of 100; through apply.lua, and through
+create.lua too where the revision has it: a line for each), the promotion to
 their own keys (promote.lua), the claim (claim.lua, calls of up to 2,000 fires) and the
 acknowledgement by swaps (swap.lua, calls of 500). Prints Redis instructions per create,
 per promoted timer, per claimed fire and per swapped fire.

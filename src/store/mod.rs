@@ -30,7 +30,8 @@
 //! | `PREFIX:{topic:p}:ckpt` | string | sequence of the last checkpoint confirmed in the state topic; older than the owner's means Redis came back from older data |
 //! | `PREFIX:{topic:p}:fence` | hash | left by a rebuild: the restored checkpoint's applied offset `a`, fire watermark `w` and `f:MEMBER` per fire it listed in flight; a replayed command's fire under both and not listed was acknowledged already and is not claimed again |
 //!
-//! One file per script family: [`apply`] (commands and offset marks), [`fires`] (claim,
+//! One file per script family: [`apply`] (commands and offset marks; runs of new one-shot
+//! timers by `create.lua`, the rest by `apply.lua`), [`fires`] (claim,
 //! recover), [`ack`] (acknowledge: a record swap built in [`done`], else `ack.lua`), [`cron`] (the migrator's window), [`epoch`] (ownership),
 //! [`state`] (checkpoints and restoring from the state topic), [`view`] (the admin
 //! port's typed look-up, with [`history`]) and [`list`] (its listing and counts). The

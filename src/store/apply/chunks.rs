@@ -2,6 +2,7 @@
 
 use super::args::creates_once;
 use crate::timer::ApplyRequest;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 /// Most commands of one partition applied in one script call: bounds how long one call
@@ -23,19 +24,24 @@ pub(super) struct Chunk {
 /// partition is a create.lua chunk: what Redis answers back for it (a timer it holds)
 /// is applied after the rest of the batch without reordering any timer's commands.
 pub(super) fn chunks(reqs: &[ApplyRequest], fast: bool) -> Vec<Chunk> {
-    let mut named: HashMap<(i32, &str), usize> = HashMap::new();
+    // Per command whether create.lua takes it: one look-up of its id per command.
+    let mut solo = vec![false; reqs.len()];
     if fast {
-        for r in reqs {
-            *named.entry((r.partition, r.timer_id.as_str())).or_default() += 1;
+        let mut first: HashMap<(i32, &str), usize> = HashMap::with_capacity(reqs.len());
+        for (i, r) in reqs.iter().enumerate() {
+            match first.entry((r.partition, r.timer_id.as_str())) {
+                Entry::Occupied(e) => solo[*e.get()] = false,
+                Entry::Vacant(e) => {
+                    e.insert(i);
+                    solo[i] = creates_once(r);
+                }
+            }
         }
     }
-    let create = |r: &ApplyRequest| {
-        fast && creates_once(r) && named[&(r.partition, r.timer_id.as_str())] == 1
-    };
     let mut chunks: Vec<Chunk> = Vec::new();
     let mut open: HashMap<i32, usize> = HashMap::new();
     for (i, r) in reqs.iter().enumerate() {
-        let c = create(r);
+        let c = solo[i];
         let fits = |chunk: &Chunk| {
             let app = |j: usize| reqs[j].application == r.application;
             chunk.reqs.len() < APPLY_CHUNK && chunk.create == c && (!c || app(chunk.reqs[0]))
