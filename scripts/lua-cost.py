@@ -112,7 +112,7 @@ def create_calls(r, sha, timers, now, due0):
             off, due, tid = 1000 + i, due0 + i, f"t{i}"
             head, tail = fresh(off, due, now)
             if sha["via"] == "create":
-                groups += [off, tid, due, DEF, head, tail]
+                groups += [off, tid, due, DEF, head, tail, "default" if i == first else ""]
             elif sha["compact"]:
                 groups += [off, "create", tid, tid, "o", due, DEF, "0", "default", "", "", head,
                            tail, "0"]
@@ -122,7 +122,7 @@ def create_calls(r, sha, timers, now, due0):
         if sha["via"] == "create":
             r.evalsha(sha["create"], 7, *keys(["epoch", "offset", "idx", "dirty", "deferred:off",
                                                "apps", "writing"]),
-                      EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, "1", "default", *groups)
+                      EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, "1", *groups)
         else:
             r.evalsha(sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron",
                                                "dirty", "deferred:off", "apps", "writing", "pk"]),

@@ -78,10 +78,9 @@ async fn dump(w: &World) -> BTreeMap<String, String> {
 /// limit no create reaches): the same answers, the same states to write, and the same
 /// keys and contents, byte for byte: records in the bucket and in own keys, slices and
 /// their index, deferred, dirty and writing entries (their ids: calls name them by their
-/// first offsets, and create.lua's calls are per application), counts, the applied
-/// offset. Timers
-/// due within the deferral window, in the next minutes and in an hour, of two
-/// applications; the caller writing the states, then the checkpoint.
+/// first offsets, and the calls differ), counts, the applied offset. Timers due within
+/// the deferral window, at its edge, in the next minutes and in an hour, of two
+/// applications in turn; the caller writing the states, then the checkpoint.
 #[tokio::test]
 async fn new_timers_written_by_create_lua_are_what_apply_lua_writes() {
     let (mut fast, mut slow) = (World::new("create").await, World::new("create-apply").await);

@@ -111,10 +111,13 @@ impl Store {
         for (c, chunk) in chunks.iter().enumerate() {
             let first = &reqs[chunk.reqs[0]];
             let mut inv = self.chunk_call(first, chunk, floor(first.partition), now_ms, writing);
-            for &i in &chunk.reqs {
+            for (at, &i) in chunk.reqs.iter().enumerate() {
                 let history = self.history.entries > 0;
+                let prev = at
+                    .checked_sub(1)
+                    .map(|p| reqs[chunk.reqs[p]].application.as_str());
                 let state = match chunk.create {
-                    true => create_args(&reqs[i], now_ms, history, &mut inv)?,
+                    true => create_args(&reqs[i], prev, now_ms, history, &mut inv)?,
                     false => command_args(&reqs[i], now_ms, history, &mut inv)?,
                 };
                 if let Some(f) = state.filter(|_| writing) {
@@ -205,8 +208,7 @@ impl Store {
                 .arg(now_ms)
                 .arg(super::state::DEFER_MS)
                 .arg(k.base())
-                .arg(writing)
-                .arg(&first.application);
+                .arg(writing);
             return inv;
         }
         let mut inv = self.scripts.apply.call();

@@ -125,10 +125,11 @@ pub(super) fn creates_once(r: &ApplyRequest) -> bool {
 }
 
 /// Appends create.lua's group for `r` ([`creates_once`]): offset, timer id, due, stored
-/// definition, and the head and tail of its record ([`Fresh`]). Answers its state (none
-/// when deferred).
+/// definition, the head and tail of its record ([`Fresh`]), and its application ('' when
+/// it is `prev`, the previous group's). Answers its state (none when deferred).
 pub(super) fn create_args(
     r: &ApplyRequest,
+    prev: Option<&str>,
     now_ms: i64,
     history: bool,
     out: &mut impl Args,
@@ -148,6 +149,10 @@ pub(super) fn create_args(
     out.push(&def);
     out.push(&f.head);
     out.push(&f.tail);
+    match prev == Some(r.application.as_str()) {
+        true => out.push(""),
+        false => out.push(&r.application),
+    }
     Ok(f.state)
 }
 

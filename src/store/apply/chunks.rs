@@ -12,15 +12,15 @@ pub(super) const APPLY_CHUNK: usize = 100;
 /// One script call's commands: indexes into the batch, in offset order.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Chunk {
-    /// create.lua takes them (new one-shot timers of one application), else apply.lua.
+    /// create.lua takes them (new one-shot timers), else apply.lua.
     pub create: bool,
     /// The indexes of the commands in the batch.
     pub reqs: Vec<usize>,
 }
 
 /// Groups `reqs` into script calls: runs of up to [`APPLY_CHUNK`] commands of one
-/// partition, in offset order. With `fast`, a run of creates of one-shot timers of one
-/// application ([`creates_once`]) whose ids no other command of the batch names in that
+/// partition, in offset order. With `fast`, a run of creates of one-shot timers
+/// ([`creates_once`]) whose ids no other command of the batch names in that
 /// partition is a create.lua chunk: what Redis answers back for it (a timer it holds)
 /// is applied after the rest of the batch without reordering any timer's commands.
 pub(super) fn chunks(reqs: &[ApplyRequest], fast: bool) -> Vec<Chunk> {
@@ -42,10 +42,7 @@ pub(super) fn chunks(reqs: &[ApplyRequest], fast: bool) -> Vec<Chunk> {
     let mut open: HashMap<i32, usize> = HashMap::new();
     for (i, r) in reqs.iter().enumerate() {
         let c = solo[i];
-        let fits = |chunk: &Chunk| {
-            let app = |j: usize| reqs[j].application == r.application;
-            chunk.reqs.len() < APPLY_CHUNK && chunk.create == c && (!c || app(chunk.reqs[0]))
-        };
+        let fits = |chunk: &Chunk| chunk.reqs.len() < APPLY_CHUNK && chunk.create == c;
         match open.get(&r.partition) {
             Some(&k) if fits(&chunks[k]) => chunks[k].reqs.push(i),
             _ => {

@@ -149,7 +149,7 @@ fn create_once(partition: i32, offset: i64, id: &str, app: &str) -> ApplyRequest
 }
 
 #[test]
-fn runs_of_new_one_shot_timers_of_one_application_go_to_create_lua() {
+fn runs_of_new_one_shot_timers_go_to_create_lua() {
     let mut limited = create_once(0, 5, "e", "a");
     limited.max_pending = Some(10);
     let mut paced = create_once(0, 6, "f", "a");
@@ -174,8 +174,7 @@ fn runs_of_new_one_shot_timers_of_one_application_go_to_create_lua() {
         reqs: reqs.to_vec(),
     };
     let expected = vec![
-        want(true, &[0, 1]),
-        want(true, &[2, 3]),
+        want(true, &[0, 1, 2, 3]),
         want(false, &[4, 5, 6]),
         want(true, &[7]),
         want(false, &[8, 9]),
@@ -190,19 +189,26 @@ fn runs_of_new_one_shot_timers_of_one_application_go_to_create_lua() {
 fn create_args_follow_create_lua_layout() {
     let r = create_once(0, 42, "t9", "app");
     let mut args: Vec<Vec<u8>> = Vec::new();
-    let state = create_args(&r, 0, true, &mut args).unwrap();
+    let state = create_args(&r, None, 0, true, &mut args).unwrap();
     let t = texts(&args);
     assert_eq!(&t[..3], ["42", "t9", "90000"]);
     let whole = collect(&r, 0);
     // The definition and the record's head and tail are what apply.lua would get.
     assert_eq!(args[3], whole[6]);
     assert_eq!((&args[4], &args[5]), (&whole[11], &whole[12]));
-    assert_eq!(args.len(), 6);
+    assert_eq!(args.len(), 7);
+    assert_eq!(t[6], "app", "the application, named in the first group");
     assert!(
         state.is_some(),
         "due after the deferral window: a state is owed"
     );
-    assert!(create_args(&req(0, 1, Op::Cancel), 0, true, &mut args).is_err());
+    // A group after one of the same application leaves it out; of another, names it.
+    for (prev, app) in [(Some("app"), ""), (Some("other"), "app")] {
+        let mut next: Vec<Vec<u8>> = Vec::new();
+        create_args(&r, prev, 0, true, &mut next).unwrap();
+        assert_eq!(next[6], app.as_bytes());
+    }
+    assert!(create_args(&req(0, 1, Op::Cancel), None, 0, true, &mut args).is_err());
 }
 
 #[test]
