@@ -161,14 +161,18 @@ def life(c, sha, timers):
     out["claim"] = c.mark()
     if len(fires) != timers:
         sys.exit(f"lua-cost: {len(fires)} of {timers} timers claimed")
+    grouped = "the number of fires n" in sha["swap_src"]
     for first in range(0, len(fires), 500):
         args = [EPOCH, B, 86_400_000]
+        if grouped:  # (one run: one application, no state written)
+            args += ["default", "", len(fires[first:first + 500])]
         for member, read in fires[first:first + 500]:
             v, due, tid = member.split(b":", 2)
             done = msgpack.unpackb(read, raw=True)
             done[1] = 3
             done += [False] * (9 - len(done)) + [msgpack.packb([2, int(due) + 5, int(due), 1, 3])]
-            args += [member, tid, read, msgpack.packb(done, use_bin_type=False), "default", ""]
+            done = msgpack.packb(done, use_bin_type=False)
+            args += [member, tid, read, done] + ([] if grouped else ["default", ""])
         r.evalsha(sha["swap"], 6, *keys(["epoch", "inflight", "dirty", "deferred:off", "acks",
                                          "apps"]), *args)
     out["swap"] = c.mark()
@@ -192,6 +196,7 @@ def main():
         for rev in a.revs:
             sha = {k: c.r.script_load(v) for k, v in scripts(rev).items()}
             sha["compact"] = "the number of cron values that follow" in source(rev, "apply.lua")
+            sha["swap_src"] = source(rev, "swap.lua")
             for via in ["apply", "create"] if "create" in sha else ["apply"]:
                 sha["via"] = via
                 n = life(c, sha, a.timers)

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::store::{World, T0};
+use common::store::{bytes, records_lua, stored_bytes, World, T0};
 use ktimer::command::{CommandKind, MisfirePolicy, TimerCommand};
 use ktimer::store::Ack;
 use ktimer::timer::{ApplyOutcome, TimerState};
@@ -206,29 +206,6 @@ async fn overdue_counts_due_fires_not_claimed() {
     );
 }
 
-/// Runs `body` after record.lua and place.lua (the records' Lua side) for partition 0 of
-/// `w`'s store: `ARGV[1]` is the timer id.
-fn records_lua(w: &World, id: &str, body: &str) -> redis::Value {
-    let code = [
-        include_str!("../src/store/record.lua"),
-        include_str!("../src/store/place.lua"),
-        "rec_init(KEYS[1], '60000', nil)\n",
-        body,
-    ]
-    .concat();
-    let mut con = redis::Client::open(common::servers().redis_url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    redis::cmd("EVAL")
-        .arg(code)
-        .arg(1)
-        .arg(format!("{}:{{cmds:0}}:", w.prefix))
-        .arg(id)
-        .query(&mut con)
-        .expect("eval")
-}
-
 /// The record of a new one-shot timer is packed by ktimer, not by record.lua: the bytes
 /// stored are what record.lua's rec_pack writes for the fields its rec_get reads from
 /// them, and the state answered for the state topic is those fields. Timers due later
@@ -294,110 +271,6 @@ async fn a_new_timer_packed_by_ktimer_reads_as_record_lua_writes_it() {
 }
 
 /// The raw bytes Redis holds for timer `id` (its field of the bucket or its own key).
-fn stored_bytes(w: &World, id: &str) -> Vec<u8> {
-    let v = records_lua(
-        w,
-        id,
-        "local s = redis.call('GET', REC.base .. 't:' .. ARGV[1]) \
-         if s then return s end \
-         return redis.call('HGET', REC.bucket, ARGV[1])",
-    );
-    bytes(&v)
-}
-
-fn bytes(v: &redis::Value) -> Vec<u8> {
-    redis::from_redis_value(v.clone()).expect("a string")
-}
-
-/// What one partition's fire bookkeeping holds: counts per state and application, live
-/// counts, the dirty, deferred and in-flight sets.
-async fn bookkeeping(w: &World) -> Vec<Vec<String>> {
-    let k = ktimer::store::Keys::new(&w.prefix, "cmds", 0);
-    let mut con = w.redis().await;
-    let mut out = Vec::new();
-    for key in [k.states(), k.apps()] {
-        let h: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
-            .arg(key)
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        out.push(h.into_iter().map(|(f, v)| format!("{f}={v}")).collect());
-    }
-    for key in [k.dirty(), k.deferred(), k.inflight()] {
-        let members: Vec<String> = redis::cmd("ZRANGE")
-            .arg(key)
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        out.push(members);
-    }
-    out
-}
-
-/// A delivered one-shot fire acknowledged by a record swap (the trigger holds the record
-/// its claim read) leaves byte for byte the record, and the counts and sets, that
-/// ack.lua leaves for the same acknowledgement: two stores take the same commands, one
-/// acknowledges by swaps, the other by ack.lua. Timers whose state was written (due in
-/// two hours) and not (due in five seconds), and one cancelled between its claim and its
-/// acknowledgement (Redis answers the swap back; ack.lua decides).
-#[tokio::test]
-async fn a_fire_acknowledged_by_a_swap_leaves_what_ack_lua_leaves() {
-    let (mut by_swap, mut by_lua) = (World::new("swap").await, World::new("swap-lua").await);
-    for (ids, due) in [(["a", "b"], T0 + 5_000), (["c", "d"], T0 + 7_200_000)] {
-        for w in [&mut by_swap, &mut by_lua] {
-            for id in ids {
-                w.apply(once(id, due), T0).await;
-            }
-            while w.store.promote(0, w.epoch, due, 100).await.unwrap() {}
-        }
-        let (a, b) = (by_swap.claim(due, due).await, by_lua.claim(due, due).await);
-        assert_eq!((a.fires.len(), b.fires.len()), (2, 2));
-        let mut cancel = TimerCommand::new(CommandKind::Cancel, ids[1], "x");
-        cancel.application = "app".into();
-        for w in [&mut by_swap, &mut by_lua] {
-            w.apply(cancel.clone(), due + 1).await;
-        }
-        let swaps: Vec<Ack> = a
-            .fires
-            .iter()
-            .map(|f| {
-                let read = f.record.clone().expect("the record read from its own key");
-                let s = ktimer::store::swap(f, read, due + 2, 1).expect("a one-shot record");
-                assert_eq!(
-                    s.written,
-                    due > T0 + 60_000,
-                    "{}: state written",
-                    f.timer_id
-                );
-                Ack::Swap(s)
-            })
-            .collect();
-        let lines: Vec<Ack> = b
-            .fires
-            .iter()
-            .map(|f| Ack::Produced {
-                member: f.member.clone(),
-                fired_ms: due + 2,
-                attempt: 1,
-                dead: None,
-            })
-            .collect();
-        let n_swap = by_swap.store.ack(0, by_swap.epoch, &swaps).await.unwrap();
-        let n_lua = by_lua.store.ack(0, by_lua.epoch, &lines).await.unwrap();
-        assert_eq!(n_swap, n_lua, "members still in flight");
-        for id in ids {
-            let (s, l) = (stored_bytes(&by_swap, id), stored_bytes(&by_lua, id));
-            assert!(!s.is_empty(), "{id}: a record");
-            assert_eq!(s, l, "{id}: the record left by the swap is ack.lua's");
-        }
-        assert_eq!(bookkeeping(&by_swap).await, bookkeeping(&by_lua).await);
-    }
-    let fired = by_swap.store.timer(0, "a").await.unwrap().expect("a");
-    assert_eq!(fired.state, Some(TimerState::Fired));
-}
-
 /// A record too large to hold beside its definition and send twice (a large payload) is
 /// not answered with its fire: ack.lua acknowledges it in Redis.
 #[tokio::test]

@@ -106,13 +106,20 @@ impl Store {
             .arg(epoch)
             .arg(k.base())
             .arg(self.retention_ms);
-        for s in swaps {
-            inv.arg(&s.member)
-                .arg(&s.timer_id)
-                .arg(&s.read)
-                .arg(&s.done)
-                .arg(&s.application)
-                .arg(if s.written { "1" } else { "" });
+        // Runs of fires of one application whose states were all written or all not: two
+        // values per run instead of per fire.
+        let same =
+            |a: &&Swap, b: &&Swap| (&a.application, a.written) == (&b.application, b.written);
+        for run in swaps.chunk_by(same) {
+            inv.arg(&run[0].application)
+                .arg(if run[0].written { "1" } else { "" })
+                .arg(run.len());
+            for s in run {
+                inv.arg(&s.member)
+                    .arg(&s.timer_id)
+                    .arg(&s.read)
+                    .arg(&s.done);
+            }
         }
         let mut p = redis::pipe();
         inv.add_to(&mut p);

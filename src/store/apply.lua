@@ -67,10 +67,7 @@
 --   duplicate; neither its version nor its schedule changes;
 -- * every command accepted, and every one rejected that names a timer of its own
 --   application, is an entry of the timer's history (record.lua); a duplicate is not.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {'fenced'}
-end
-if tonumber(redis.call('GET', KEYS[2]) or '-1') < tonumber(ARGV[4]) then
+if rec_fenced(KEYS[1], ARGV[1], KEYS[2], ARGV[4]) then
   return {'fenced'}
 end
 rec_init(ARGV[7], ARGV[2], KEYS[8])
@@ -79,33 +76,20 @@ local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1, fire = 1
 local out = {}
 -- top: the highest offset of the batch, as its decimal string (tonumber costs two
 -- strtod). deferred: set by a create whose timer is deferred rather than dirty. existed:
--- set by each command, whether Redis held a record of its timer before it. indexed: the
--- minutes entered in the slice index by this call (one ZADD per minute), as strings.
--- last_m, last_ms, last_key: the last minute slice_add met, as a string, its slice key (a
--- batch mostly shares a few minutes; each string.format is a printf). paced_app: the
+-- set by each command, whether Redis held a record of its timer before it. paced_app: the
 -- application of the command being applied when its fires are paced, else nil.
-local top, deferred, existed, indexed, paced_app = nil, false, false, {}, nil
-local last_m, last_ms, last_key = nil, nil, nil
+local top, deferred, existed, paced_app = nil, false, false, nil
 local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
 
 -- Adds `member`, due `d` (a string; `nd` the same as a number, when known), to its slice
--- or parked set. (Minutes as integer strings: Lua and Redis would printf numbers %.14g.)
+-- or parked set.
 local function slice_add(d, member, nd)
   if paced_app then
     redis.call('ZADD', KEYS[10] .. ':' .. paced_app, d, member)
     redis.call('ZADD', KEYS[10], 'LT', d, paced_app)
     return
   end
-  local m = math.floor((nd or tonumber(d)) / 60000)
-  if m ~= last_m then
-    last_m, last_ms = m, string.format('%d', m)
-    last_key = ARGV[3] .. last_ms
-  end
-  redis.call('ZADD', last_key, d, member)
-  if not indexed[last_ms] then
-    redis.call('ZADD', KEYS[3], last_ms, last_ms)
-    indexed[last_ms] = true
-  end
+  rec_slice_add(ARGV[3], KEYS[3], d, nd or tonumber(d), member)
 end
 
 -- Removes the pending member of a one-shot timer of application `app`: from its slice,
@@ -116,7 +100,7 @@ local function slice_remove(d, member, app)
   local removed = redis.call('ZREM', skey, member)
   if removed == 1 and redis.call('EXISTS', skey) == 0 then
     redis.call('ZREM', KEYS[3], minute)
-    indexed[minute] = nil
+    REC.slice.indexed[minute] = nil
   elseif removed == 0 and app then
     redis.call('ZREM', KEYS[10] .. ':' .. app, member)
   end

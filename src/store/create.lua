@@ -20,10 +20,7 @@
 -- command of the batch names, so they can follow the rest).
 -- The state of a new timer goes where apply.lua sends it: due within the defer time, the
 -- deferred set; else to the caller (ARGV[8] = '1'), else the dirty set.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {'fenced'}
-end
-if tonumber(redis.call('GET', KEYS[2]) or '-1') < tonumber(ARGV[4]) then
+if rec_fenced(KEYS[1], ARGV[1], KEYS[2], ARGV[4]) then
   return {'fenced'}
 end
 rec_init(ARGV[7], ARGV[2], KEYS[6])
@@ -32,10 +29,8 @@ local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
 local out = {0}
 -- (offset, id) pairs for the deferred and the dirty sets; ids the caller writes.
 local deferred, dirty, owed = {}, {}, {}
--- The highest offset created (a decimal string), the first, the slice index entries
--- added, and the last minute met (number, string, slice key: each format is a printf).
-local top, first, indexed = nil, nil, {}
-local last_m, last_ms, last_key = nil, nil, nil
+-- The highest offset created (a decimal string), and the first.
+local top, first = nil, nil
 for a = 9, #ARGV, 7 do
   local off, id, due_arg = ARGV[a], ARGV[a + 1], ARGV[a + 2]
   if ARGV[a + 6] ~= '' then
@@ -47,16 +42,7 @@ for a = 9, #ARGV, 7 do
   else
     local due = tonumber(due_arg)
     rec_put_fresh(id, due, app, ARGV[a + 4], ARGV[a + 3], ARGV[a + 5])
-    local m = math.floor(due / 60000)
-    if m ~= last_m then
-      last_m, last_ms = m, string.format('%d', m)
-      last_key = ARGV[3] .. last_ms
-    end
-    redis.call('ZADD', last_key, due_arg, id)
-    if not indexed[last_ms] then
-      redis.call('ZADD', KEYS[3], last_ms, last_ms)
-      indexed[last_ms] = true
-    end
+    rec_slice_add(ARGV[3], KEYS[3], due_arg, due, id)
     local list = due <= soon and deferred or (not writing and dirty)
     if list then
       list[#list + 1] = off

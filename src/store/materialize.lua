@@ -25,9 +25,7 @@ while i <= #ARGV do
     local last = t.lst
     for j = first, first + k - 1 do
       local d = ARGV[j]
-      local minute = math.floor(tonumber(d) / 60000)
-      redis.call('ZADD', ARGV[2] .. minute, d, slice_member('c', ver, d, id))
-      redis.call('ZADD', KEYS[2], minute, minute)
+      rec_slice_add(ARGV[2], KEYS[2], d, tonumber(d), slice_member('c', ver, d, id))
       last = d
     end
     if k > 0 and not t.due then

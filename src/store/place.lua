@@ -33,6 +33,33 @@ local function rec_count(minute, d)
   REC.minutes[minute] = (REC.minutes[minute] or 0) + d
 end
 
+-- Whether the partition is fenced for a command call: Redis holds another epoch than
+-- `expected` (key `epoch`), or an applied offset (key `offset`) below `floor`, what this
+-- owner applied before (Redis lost writes). apply.lua and create.lua.
+local function rec_fenced(epoch, expected, offset, floor)
+  return redis.call('GET', epoch) ~= expected
+    or tonumber(redis.call('GET', offset) or '-1') < tonumber(floor)
+end
+
+-- Adds `member`, due `d` (a decimal string; `nd` the same as a number), to the slice of
+-- its minute (key `prefix` .. minute) and the minute to slice index `index`, once per
+-- call (REC.slice.indexed: the minutes entered). The minute is formatted once per run of
+-- members due in it (each string.format is a printf; Lua and Redis would format a
+-- number %.14g or %.17g).
+local function rec_slice_add(prefix, index, d, nd, member)
+  local S = REC.slice
+  local m = math.floor(nd / 60000)
+  if m ~= S.m then
+    S.m, S.ms = m, string.format('%d', m)
+    S.key = prefix .. S.ms
+  end
+  redis.call('ZADD', S.key, d, member)
+  if not S.indexed[S.ms] then
+    redis.call('ZADD', index, S.ms, S.ms)
+    S.indexed[S.ms] = true
+  end
+end
+
 -- The fire path's fast read of timer `id`: its packed array (positions above; the state
 -- as its code, a one-shot kind as false) and where it is ('own' or 'bucket'); nil when
 -- Redis has no record of it. No field table is built. From its own key, the packed

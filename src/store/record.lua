@@ -28,9 +28,9 @@ end
 local REC_LIVE = {scheduled = true, paused = true}
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
 -- hist: the history's bound (rec_history; nil: no history written). last_prefix: the
--- definition prefix rec_def_split found last.
+-- definition prefix rec_def_split found last. slice: rec_slice_add's minutes (place.lua).
 local REC = {base = nil, retention = nil, meta = nil, apps = nil, moved = {},
-  minutes = {}, tally = {}, hist = nil, dp_ids = {}, dp_by = {}}
+  minutes = {}, tally = {}, hist = nil, dp_ids = {}, dp_by = {}, slice = {indexed = {}}}
 
 -- Sets the partition (`base`, its key prefix), the retention of done timers (ms) and
 -- the key of the live count per application (nil when the script moves none).

@@ -27,8 +27,6 @@ local through = tonumber(ARGV[4])
 local done = 0
 local fence = tonumber(ARGV[9])
 local i = 10 + fence
--- Minutes already in the slice index (one ZADD per minute, not per timer).
-local indexed = {}
 while i <= #ARGV do
   local id = ARGV[i]
   local m = tonumber(ARGV[i + 1])
@@ -56,12 +54,7 @@ while i <= #ARGV do
       t.st = 'fired'
       redis.call('ZADD', KEYS[5], 'NX', 'inf', id)
     else
-      local minute = math.floor(tonumber(due) / 60000)
-      redis.call('ZADD', ARGV[3] .. minute, due, slice_member('o', v, due, id))
-      if not indexed[minute] then
-        redis.call('ZADD', KEYS[2], minute, minute)
-        indexed[minute] = true
-      end
+      rec_slice_add(ARGV[3], KEYS[2], due, tonumber(due), slice_member('o', v, due, id))
     end
   elseif st == 'scheduled' and kind == 'c' then
     if t.last then

@@ -10,9 +10,10 @@
 -- answered back untouched: ktimer acknowledges it through ack.lua, which decides.
 -- KEYS: 1 epoch, 2 in-flight set, 3 dirty set, 4 deferred (by first offset),
 --       5 acknowledgement counter, 6 live timers per application
--- ARGV: 1 expected epoch, 2 the partition's key prefix, 3 retention ms, then per fire 6
---       values: in-flight member, timer id, record read, done record, application,
---       '1' when its state was written (else '')
+-- ARGV: 1 expected epoch, 2 the partition's key prefix, 3 retention ms, then groups of
+--       fires of one application whose states were all written or all not: the
+--       application, '1' when written (else ''), the number of fires n, then per fire 4
+--       values: in-flight member, timer id, record read, done record
 -- Returns {-1} when fenced, else {members removed, in-flight member per fire answered
 -- back...}.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -23,23 +24,27 @@ rec_init(ARGV[2], ARGV[3], KEYS[6])
 local tprefix = ARGV[2] .. 't:'
 -- Fires swapped per application (their counts move once per application).
 local gone, dirty, undefer, back, fired = {}, {}, {}, {}, {}
-for i = 4, #ARGV, 6 do
-  local id = ARGV[i + 1]
-  local key = tprefix .. id
-  if redis.call('GET', key) == ARGV[i + 2] then
-    redis.call('SET', key, ARGV[i + 3], 'PX', ARGV[3])
-    gone[#gone + 1] = ARGV[i]
-    local app = ARGV[i + 4]
-    fired[app] = (fired[app] or 0) + 1
-    if ARGV[i + 5] == '1' then
-      dirty[#dirty + 1] = 'inf'
-      dirty[#dirty + 1] = id
+local g = 4
+while g <= #ARGV do
+  local app, written, n = ARGV[g], ARGV[g + 1] == '1', tonumber(ARGV[g + 2])
+  for i = g + 3, g + 4 * n - 1, 4 do
+    local id = ARGV[i + 1]
+    local key = tprefix .. id
+    if redis.call('GET', key) == ARGV[i + 2] then
+      redis.call('SET', key, ARGV[i + 3], 'PX', ARGV[3])
+      gone[#gone + 1] = ARGV[i]
+      fired[app] = (fired[app] or 0) + 1
+      if written then
+        dirty[#dirty + 1] = 'inf'
+        dirty[#dirty + 1] = id
+      else
+        undefer[#undefer + 1] = id
+      end
     else
-      undefer[#undefer + 1] = id
+      back[#back + 1] = ARGV[i]
     end
-  else
-    back[#back + 1] = ARGV[i]
   end
+  g = g + 3 + 4 * n
 end
 for app, k in pairs(fired) do
   rec_tally(app, 'scheduled', 'fired', k)

@@ -1,5 +1,6 @@
 //! A store on its own key prefix with partition 0 acquired, and the time as an argument:
-//! the harness of the store-level tests (`store.rs`, `state.rs`).
+//! the harness of the store-level tests (`store.rs`, `state.rs`, `create.rs`, `swap.rs`),
+//! and what they read back: records as record.lua reads them, the fire bookkeeping.
 
 use super::{servers, unique};
 use ktimer::command::TimerCommand;
@@ -108,4 +109,71 @@ pub fn window(upto: i64, missed_before: i64, now: i64) -> ktimer::store::ClaimWi
         now_ms: now,
         checkpoint: 0,
     }
+}
+
+/// Runs `body` after record.lua and place.lua (the records' Lua side) for partition 0 of
+/// `w`'s store: `ARGV[1]` is the timer id.
+pub fn records_lua(w: &World, id: &str, body: &str) -> redis::Value {
+    let code = [
+        include_str!("../../src/store/record.lua"),
+        include_str!("../../src/store/place.lua"),
+        "rec_init(KEYS[1], '60000', nil)\n",
+        body,
+    ]
+    .concat();
+    let mut con = redis::Client::open(servers().redis_url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("EVAL")
+        .arg(code)
+        .arg(1)
+        .arg(format!("{}:{{cmds:0}}:", w.prefix))
+        .arg(id)
+        .query(&mut con)
+        .expect("eval")
+}
+
+/// The packed record of timer `id` (own key or bucket).
+pub fn stored_bytes(w: &World, id: &str) -> Vec<u8> {
+    let v = records_lua(
+        w,
+        id,
+        "local s = redis.call('GET', REC.base .. 't:' .. ARGV[1]) \
+         if s then return s end \
+         return redis.call('HGET', REC.bucket, ARGV[1])",
+    );
+    bytes(&v)
+}
+
+/// A string reply as bytes.
+pub fn bytes(v: &redis::Value) -> Vec<u8> {
+    redis::from_redis_value(v.clone()).expect("a string")
+}
+
+/// What one partition's fire bookkeeping holds: counts per state and application, live
+/// counts, the dirty, deferred and in-flight sets.
+pub async fn bookkeeping(w: &World) -> Vec<Vec<String>> {
+    let k = ktimer::store::Keys::new(&w.prefix, "cmds", 0);
+    let mut con = w.redis().await;
+    let mut out = Vec::new();
+    for key in [k.states(), k.apps()] {
+        let h: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        out.push(h.into_iter().map(|(f, v)| format!("{f}={v}")).collect());
+    }
+    for key in [k.dirty(), k.deferred(), k.inflight()] {
+        let members: Vec<String> = redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        out.push(members);
+    }
+    out
 }
