@@ -97,7 +97,7 @@ async fn a_short_spread_run_with_started_instances_and_a_takeover_counts_every_t
     assert!(n(&r, "/fire/ktimer_cpu/us_per_item") > 0.0, "{r}");
     assert!(n(&r, "/fire/peak_rss_mb") > 0.0, "{r}");
     // Redis's time by script, from its slow log (calls of 20 µs or more): the intake
-    // applied the 2,000 commands in apply.lua calls of up to 100 (about 15 µs apiece).
+    // created the 2,000 new timers in create.lua calls of up to 100 (about 10 µs apiece).
     let family = |phase: &str, name: &str| {
         r[phase]["redis_by_script"]["families"]
             .as_array()
@@ -106,7 +106,7 @@ async fn a_short_spread_run_with_started_instances_and_a_takeover_counts_every_t
             .find(|f| f["name"] == name)
             .map(|f| (f["calls"].as_u64().unwrap(), f["us"].as_u64().unwrap()))
     };
-    let (calls, us) = family("pending", "apply").expect("apply measured");
+    let (calls, us) = family("pending", "create").expect("create measured");
     assert!(calls > 0 && us >= 20 * calls, "{calls} calls, {us} µs");
     assert!(r["fire"]["redis_by_script"]["families"].is_array(), "{r}");
     assert!(
