@@ -292,3 +292,57 @@ async fn a_claim_cut_short_by_its_byte_budget_leaves_the_rest_due() {
         );
     }
 }
+
+/// A one-shot timer created again after it fired (create.lua holds a record of it, so
+/// apply.lua decides) is accepted, and keeps its first life's history: that create at
+/// its own time, offset and request, then the fire, then the new create. (The first
+/// create is stored in its short form, which is expanded from the version and due it
+/// describes, not the new timer's.)
+#[tokio::test]
+async fn a_timer_created_again_after_its_fire_keeps_the_history_of_its_first_life() {
+    use ktimer::store::{Ack, EntryOutcome, HistoryEntry};
+    let mut w = World::new("again").await;
+    let due = T0 + 1_000;
+    w.apply(once("app", "a", due), T0).await;
+    let claimed = w.claim(due, due).await;
+    assert_eq!(claimed.fires.len(), 1);
+    let ack = Ack::Produced {
+        member: claimed.fires[0].member.clone(),
+        fired_ms: due + 3,
+        attempt: 1,
+        dead: None,
+    };
+    w.store.ack(0, w.epoch, &[ack]).await.expect("ack");
+    let again = w.apply(once("app", "a", T0 + 90_000), due + 10).await;
+    assert_eq!(again.outcome, ApplyOutcome::Accepted, "{again:?}");
+
+    let t = w.store.timer(0, "a").await.unwrap().expect("timer a");
+    let seen: Vec<(i64, &str, i64, &str)> = t
+        .history
+        .iter()
+        .map(|e| match e {
+            HistoryEntry::Command {
+                at_ms,
+                op,
+                outcome,
+                offset,
+                request_id,
+                ..
+            } => {
+                assert_eq!(*outcome, EntryOutcome::Accepted);
+                (*at_ms, *op, *offset, request_id.as_str())
+            }
+            HistoryEntry::Fire {
+                fired_ms, due_ms, ..
+            } => (*fired_ms, "fire", *due_ms, ""),
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (T0, "create", 1, "r1"),
+            (due + 3, "fire", due, ""),
+            (due + 10, "create", 2, "r2"),
+        ]
+    );
+}

@@ -220,9 +220,9 @@ local function apply_one(a)
       return 'accepted', '', {v = off, st = 'scheduled', due = due_arg, _fresh = true}
     end
     -- A timer whose state was written keeps owing its record (field p); one created
-    -- again keeps its history.
+    -- again keeps its history (rec_hist_own: its first create is its own, not this one).
     local fresh = {v = off, st = 'scheduled', rq = rq_arg, d = ARGV[a + 6], a = app,
-      p = t and t.p, _done = t and t._done, _st0 = t and t.st, h = t and t.h,
+      p = t and t.p, _done = t and t._done, _st0 = t and t.st, h = t and rec_hist_own(t),
       lx = t and t.lx}
     local due_arg = ARGV[a + 5]
     if not t and ARGV[a + 4] == 'o' and REC.hist and REC.hist.n > 0 then

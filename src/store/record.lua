@@ -65,6 +65,13 @@ local function rec_hist_list(t)
   return list
 end
 
+-- The packed history of timer fields `t`, its short create expanded with the fields'
+-- own version, due and request id: for fields that are about to take another timer's
+-- (a timer created again keeps the history of its earlier life).
+local function rec_hist_own(t)
+  return t.h and cmsgpack.pack(rec_hist_list(t))
+end
+
 -- The packed history of timer fields `t` with entry `e` appended, `e[2]` its time in ms:
 -- the last REC.hist.n entries, none older than the TTL at `e[2]`. Unchanged without
 -- rec_history.
