@@ -8,7 +8,11 @@ packed as src/store/fresh.rs packs it, calls of 100; through apply.lua, and thro
 create.lua too where the revision has it: a line for each), the promotion to
 their own keys (promote.lua), the claim (claim.lua, calls of up to 2,000 fires) and the
 acknowledgement by swaps (swap.lua, calls of 500). Prints Redis instructions per create,
-per promoted timer, per claimed fire and per swapped fire.
+per promoted timer, per claimed fire and per swapped fire. A second line per revision
+('written') drives timers due beyond the deferral window, whose states the intake writes
+(the confirmations, written.lua: 'state' per timer) and whose tombstones checkpoint pages
+of 500 answer after the swaps (checkpoint.lua, each confirmed by checkpointed.lua:
+'tomb', per tombstone).
 
     pip install redis msgpack         # the two Python packages it needs
     scripts/lua-cost.py HEAD~3 HEAD   # revisions (git), or directories holding the .lua
@@ -47,7 +51,10 @@ def scripts(rev):
     with_prelude = lambda name: "".join(source(rev, p) for p in PRELUDE) + source(rev, name)
     writing = source(rev, "writing.lua")
     out = {"apply": writing + with_prelude("apply.lua"), "promote": with_prelude("promote.lua"),
-           "claim": with_prelude("claim.lua"), "swap": with_prelude("swap.lua")}
+           "claim": with_prelude("claim.lua"), "swap": with_prelude("swap.lua"),
+           "checkpoint": writing + with_prelude("checkpoint.lua"),
+           "checkpointed": source(rev, "checkpointed.lua"),
+           "written": writing + source(rev, "written.lua")}
     try:
         out["create"] = with_prelude("create.lua")
     except subprocess.CalledProcessError:
@@ -55,11 +62,12 @@ def scripts(rev):
     return out
 
 
-def fresh(offset, due, now):
-    """The head and tail ktimer packs around a new one-shot timer's definition (fresh.rs)."""
+def fresh(offset, due, now, written):
+    """The head and tail ktimer packs around a new one-shot timer's definition (fresh.rs);
+    `written`: its state is written by the intake (field p)."""
     head = b"\x99" + msgpack.packb(offset) + b"\x01\xc3\xc2" + msgpack.packb(due) + b"\xc2"
     history = msgpack.packb([[0, due - now]])
-    return head, b"\xc2" + msgpack.packb(history, use_bin_type=False)
+    return head, (b"\xa11" if written else b"\xc2") + msgpack.packb(history, use_bin_type=False)
 
 
 def free_port():
@@ -102,7 +110,7 @@ class Counted:
         self.proc.wait()
 
 
-def create_calls(r, sha, timers, now, due0):
+def create_calls(r, sha, timers, now, due0, written):
     """The creates of `timers` new one-shot timers, as ktimer sends them: to create.lua
     when the revision has it (`sha["via"]`), else to apply.lua; calls of 100."""
     keys = lambda names: [B + k for k in names]
@@ -110,7 +118,7 @@ def create_calls(r, sha, timers, now, due0):
         groups = []
         for i in range(first, min(first + 100, timers)):
             off, due, tid = 1000 + i, due0 + i, f"t{i}"
-            head, tail = fresh(off, due, now)
+            head, tail = fresh(off, due, now, written)
             if sha["via"] == "create":
                 groups += [off, tid, due, DEF, head, tail, "default" if i == first else ""]
             elif sha["compact"]:
@@ -130,16 +138,50 @@ def create_calls(r, sha, timers, now, due0):
                       *groups)
 
 
-def life(c, sha, timers):
-    """Drives `timers` timers through create, promotion, claim and swap: instructions per op."""
-    # Due 5 to 9 s after their create: deferred, their states never written (the burst).
-    r, now, due0 = c.r, 1_800_000_000_000, 1_800_000_005_000
+def checkpoint_pages(r, sha, now):
+    """Checkpoint pages of up to 500 timers, each confirmed, until none is left dirty;
+    answers the timers the pages answered."""
+    keys = lambda names: [B + k for k in names]
+    answered = 0
+    while True:
+        reply = r.evalsha(sha["checkpoint"], 12, *keys(
+            ["epoch", "dirty", "pending", "idx", "inflight", "offset", "deferred:off", "acks",
+             "ckpt", "writing", "blocked", "pk"]), EPOCH, B, B + "s:", now, 500, 1000, 10_000,
+            5_000, 0)
+        m = int(reply[5])
+        rest = reply[6 + m:]
+        i = 0
+        while i < len(rest):
+            n = int(rest[i + 1])
+            i += 2 + 2 * max(n, 0)
+            answered += 1
+        r.evalsha(sha["checkpointed"], 3, *keys(["epoch", "pending", "ckpt"]), EPOCH, "", 0)
+        if int(reply[0]) == 0:
+            return answered
+
+
+def life(c, sha, timers, written=False):
+    """Drives `timers` timers through create, promotion, claim and swap: instructions per op.
+    `written`: due beyond the deferral window, their states written by checkpoint pages
+    before the fire and their tombstones after it."""
+    # Due 5 to 9 s after their create: deferred, their states never written (the burst);
+    # written: 60 s after.
+    r, now = c.r, 1_800_000_000_000
+    due0 = now + (60_000 if written else 5_000)
     r.flushall()
     r.set(B + "epoch", EPOCH)
     keys = lambda names: [B + k for k in names]
     c.mark()
-    create_calls(r, sha, timers, now, due0)
+    create_calls(r, sha, timers, now, due0, written)
     out = {"create": c.mark()}
+    if written:
+        # The intake wrote their states: confirmed per create call (written.lua).
+        for entry in r.hkeys(B + "writing"):
+            r.evalsha(sha["written"], 4, *keys(["epoch", "writing", "dirty", "blocked"]), EPOCH,
+                      "delivered", entry)
+        out["state"] = c.mark()
+        if r.zcard(B + "dirty") != 0 or checkpoint_pages(r, sha, now) != 0:
+            sys.exit("lua-cost: a state owed after the intake wrote them")
     while r.evalsha(sha["promote"], 3, *keys(["epoch", "idx", "rb"]), EPOCH, B, B + "s:",
                     due0 + timers, 1000) == 1:
         pass
@@ -165,7 +207,7 @@ def life(c, sha, timers):
     for first in range(0, len(fires), 500):
         args = [EPOCH, B, 86_400_000]
         if grouped:  # (one run: one application, no state written)
-            args += ["default", "", len(fires[first:first + 500])]
+            args += ["default", "1" if written else "", len(fires[first:first + 500])]
         for member, read in fires[first:first + 500]:
             v, due, tid = member.split(b":", 2)
             done = msgpack.unpackb(read, raw=True)
@@ -178,6 +220,10 @@ def life(c, sha, timers):
     out["swap"] = c.mark()
     if r.zcard(B + "inflight") != 0:
         sys.exit("lua-cost: fires left in flight after the swaps")
+    if written:
+        if checkpoint_pages(r, sha, upto) != timers:
+            sys.exit("lua-cost: not every tombstone was answered")
+        out["tomb"] = c.mark()
     return {k: v / timers for k, v in out.items()}
 
 
@@ -192,17 +238,20 @@ def main():
     c = Counted(work)
     try:
         print(f"Redis instructions per operation, {a.timers} one-shot timers (callgrind):")
-        print(f"{'revision':<32}{'create':>10}{'promote':>10}{'claim':>10}{'swap':>10}")
+        cols = ["create", "promote", "claim", "swap", "state", "tomb"]
+        print(f"{'revision':<40}" + "".join(f"{k:>10}" for k in cols))
         for rev in a.revs:
             sha = {k: c.r.script_load(v) for k, v in scripts(rev).items()}
             sha["compact"] = "the number of cron values that follow" in source(rev, "apply.lua")
             sha["swap_src"] = source(rev, "swap.lua")
             for via in ["apply", "create"] if "create" in sha else ["apply"]:
                 sha["via"] = via
-                n = life(c, sha, a.timers)
-                name = f"{rev} ({via}.lua)" if "create" in sha else rev
-                print(f"{name:<32}" + "".join(f"{n[k]:>10.0f}" for k in
-                                             ["create", "promote", "claim", "swap"]), flush=True)
+                for written in [False, True]:
+                    n = life(c, sha, a.timers, written)
+                    name = f"{rev} ({via}.lua)" if "create" in sha else rev
+                    name += ", written" if written else ""
+                    print(f"{name:<40}" + "".join(f"{n[k]:>10.0f}" if k in n else f"{'':>10}"
+                                                  for k in cols), flush=True)
     finally:
         c.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -22,7 +22,9 @@ pub struct CheckpointPage {
     /// The highest command offset applied when the watermark was read (at least
     /// `applied`, which deferred timers hold back).
     pub applied_now: i64,
-    /// Fire members claimed and not acknowledged.
+    /// Fire members claimed and not acknowledged (the first of them, up to the limit the
+    /// page was asked for); listed only by the last page of a checkpoint (`left` = 0),
+    /// the one whose watermark is recorded.
     pub in_flight: Vec<String>,
     /// The page's timers: their fields, or `None` for a tombstone.
     pub timers: Vec<(String, Option<TimerFields>)>,

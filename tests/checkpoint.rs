@@ -1,0 +1,121 @@
+//! checkpoint.lua's page rules against a real redis-server, the time as an argument:
+//! which page lists the fires in flight and where the fire watermark stops, and the
+//! tombstones of a page of timers that fired (read without decoding their records).
+
+mod common;
+
+use common::store::{World, T0};
+use ktimer::command::{CommandKind, TimerCommand};
+use ktimer::store::{Ack, CheckpointPage};
+
+fn once(id: &str, at: i64) -> TimerCommand {
+    TimerCommand {
+        application: "app".into(),
+        at_ms: Some(at),
+        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
+    }
+}
+
+/// One page of at most `timers` timers listing at most `flight` in-flight members,
+/// confirmed.
+async fn page(w: &World, now: i64, timers: usize, flight: usize) -> CheckpointPage {
+    let page = w
+        .store
+        .checkpoint_page((0, w.epoch, 0), now, (timers, flight))
+        .await
+        .expect("checkpoint");
+    w.store
+        .checkpointed((0, w.epoch, 0), None)
+        .await
+        .expect("confirm");
+    page
+}
+
+/// Only the page that completes a checkpoint (none left dirty) lists the fires in flight:
+/// its watermark is the one recorded. Every page stops the watermark below the first
+/// in-flight member beyond the listed ones, read alone.
+#[tokio::test]
+async fn only_the_last_page_lists_the_fires_in_flight_and_the_watermark_stops_below_the_rest() {
+    let mut w = World::new("ckpt-flight").await;
+    for (i, id) in ["f1", "f2", "f3"].iter().enumerate() {
+        w.apply(once(id, T0 + 1_000 + i as i64), T0).await;
+    }
+    for id in ["d1", "d2", "d3"] {
+        w.apply(once(id, T0 + 60_000), T0).await;
+    }
+    let now = T0 + 1_500;
+    let claimed = w.claim(T0 + 1_002, now).await;
+    assert_eq!(claimed.fires.len(), 3, "three fires in flight");
+    let members: Vec<String> = claimed.fires.iter().map(|f| f.member.clone()).collect();
+
+    let first = page(&w, now, 2, 2).await;
+    assert!(first.left > 0, "a page of two leaves a dirty timer");
+    assert_eq!(first.timers.len(), 2);
+    assert!(first.in_flight.is_empty(), "not the last page: {first:?}");
+    assert_eq!(
+        first.acked_through_ms,
+        T0 + 1_001,
+        "below the third fire in flight, the first not listed"
+    );
+
+    let last = page(&w, now, 2, 2).await;
+    assert_eq!(last.left, 0);
+    assert_eq!(last.timers.len(), 1);
+    assert_eq!(last.in_flight, members[..2], "the first two, in due order");
+    assert_eq!(last.acked_through_ms, T0 + 1_001);
+
+    // All listed: the watermark is now (the slices' first member is due later).
+    let all = page(&w, now, 2, 3).await;
+    assert_eq!(all.in_flight, members);
+    assert_eq!(all.acked_through_ms, now);
+}
+
+/// A page of timers that fired answers a tombstone for each whose state was written and
+/// nothing for the others, and a timer created again after its fire is answered whole.
+#[tokio::test]
+async fn a_page_of_fired_timers_answers_tombstones_for_the_written_ones_only() {
+    let mut w = World::new("ckpt-tomb").await;
+    // Due beyond the deferral window: written by a checkpoint, then owing a tombstone.
+    for id in ["w1", "w2", "again"] {
+        w.apply(once(id, T0 + 20_000), T0).await;
+    }
+    let written = page(&w, T0 + 100, 100, 100).await;
+    assert_eq!(written.timers.len(), 3, "their states are written");
+    // Due within it and cancelled: never written, so it owes nothing.
+    w.apply(once("never", T0 + 5_000), T0 + 100).await;
+    let cancel = TimerCommand {
+        application: "app".into(),
+        ..TimerCommand::new(CommandKind::Cancel, "never", "r2")
+    };
+    w.apply(cancel, T0 + 200).await;
+
+    let claimed = w.claim(T0 + 20_000, T0 + 20_000).await;
+    let acks: Vec<Ack> = claimed
+        .fires
+        .iter()
+        .map(|f| Ack::Produced {
+            member: f.member.clone(),
+            fired_ms: T0 + 20_001,
+            attempt: 1,
+            dead: None,
+        })
+        .collect();
+    assert_eq!(acks.len(), 3, "the three written timers fired");
+    w.store.ack(0, w.epoch, &acks).await.expect("ack");
+    // `again` is created again after its fire: its new state, not a tombstone.
+    w.apply(once("again", T0 + 90_000), T0 + 20_002).await;
+
+    let page = page(&w, T0 + 20_100, 100, 100).await;
+    let mut got: Vec<(&str, bool)> = page
+        .timers
+        .iter()
+        .map(|(id, f)| (id.as_str(), f.is_some()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![("again", true), ("w1", false), ("w2", false)],
+        "tombstones for w1 and w2, the new state of again, nothing for never"
+    );
+    assert_eq!(page.left, 0);
+}
