@@ -63,13 +63,11 @@ async fn answer(r: reqwest::RequestBuilder) -> (StatusCode, Value) {
     (code, v)
 }
 
+/// The timer ids of a listing, sorted.
 fn ids(v: &Value) -> Vec<String> {
-    let mut ids: Vec<String> = v["timers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["timer_id"].as_str().unwrap().to_string())
-        .collect();
+    let timers = v["timers"].as_array().unwrap();
+    let id = |t: &Value| t["timer_id"].as_str().unwrap().to_string();
+    let mut ids: Vec<String> = timers.iter().map(id).collect();
     ids.sort();
     ids
 }
@@ -398,6 +396,5 @@ async fn the_admin_api_lists_and_redrives_dead_letters() {
             .count()
     };
     ops.until("/timers/doomed", |t| fires(t) == 2).await;
-
     svc.stop().await;
 }
