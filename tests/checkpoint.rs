@@ -5,27 +5,13 @@
 
 mod common;
 
-use common::store::{World, T0};
+use common::store::{once_of, page_ids as ids, World, T0};
 use ktimer::command::{CommandKind, TimerCommand};
 use ktimer::store::{Ack, CheckpointPage};
 
+/// A one-shot create of timer `id` of application "app", due at `at`.
 fn once(id: &str, at: i64) -> TimerCommand {
-    TimerCommand {
-        application: "app".into(),
-        at_ms: Some(at),
-        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
-    }
-}
-
-/// The page's timers, sorted: (id, whether it has fields; false: a tombstone).
-fn ids(page: &CheckpointPage) -> Vec<(&str, bool)> {
-    let mut v: Vec<_> = page
-        .timers
-        .iter()
-        .map(|(id, f)| (id.as_str(), f.is_some()))
-        .collect();
-    v.sort();
-    v
+    once_of("app", id, at)
 }
 
 /// One page of at most `timers` timers listing at most `flight` in-flight members,
@@ -156,15 +142,7 @@ async fn a_checkpoint_gets_past_timers_waiting_for_the_intakes_write() {
     let mut answered = Vec::new();
     let mut pages = 0;
     loop {
-        let page = w
-            .store
-            .checkpoint_page((0, w.epoch, 0), T0 + 100, (2, 1000))
-            .await
-            .expect("checkpoint");
-        w.store
-            .checkpointed((0, w.epoch, 0), None)
-            .await
-            .expect("confirm");
+        let page = page(&w, T0 + 100, 2, 1000).await;
         answered.extend(ids(&page).into_iter().map(|(id, _)| id.to_string()));
         pages += 1;
         assert!(page.applied < first_cancel, "a waiting command reflected");

@@ -5,25 +5,10 @@
 
 mod common;
 
-use common::store::{World, T0};
+use common::store::{once_of as once, op_of as op, World, T0};
 use ktimer::command::{CommandKind, TimerCommand};
 use ktimer::store::{Ack, EntryOutcome, History, HistoryEntry};
 use ktimer::timer::{ApplyOutcome, TimerState};
-
-fn once(app: &str, id: &str, at: i64) -> TimerCommand {
-    TimerCommand {
-        application: app.into(),
-        at_ms: Some(at),
-        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
-    }
-}
-
-fn op(app: &str, kind: CommandKind, id: &str) -> TimerCommand {
-    TimerCommand {
-        application: app.into(),
-        ..TimerCommand::new(kind, id, "r")
-    }
-}
 
 /// The acknowledgement of fire `member` produced at `fired_ms` in `attempt` (a dead
 /// letter when `dead` says why), as the trigger sends it when it holds no record.

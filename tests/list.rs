@@ -4,26 +4,11 @@
 
 mod common;
 
-use common::store::{World, T0};
-use ktimer::command::{CommandKind, TimerCommand};
+use common::store::{once_of as once, op_of as op, World, T0};
+use ktimer::command::CommandKind;
 use ktimer::store::ListFilter;
 use ktimer::timer::TimerState;
 use std::collections::BTreeMap;
-
-fn once(app: &str, id: &str, at: i64) -> TimerCommand {
-    TimerCommand {
-        application: app.into(),
-        at_ms: Some(at),
-        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
-    }
-}
-
-fn op(app: &str, kind: CommandKind, id: &str) -> TimerCommand {
-    TimerCommand {
-        application: app.into(),
-        ..TimerCommand::new(kind, id, "r")
-    }
-}
 
 /// Every timer a listing with `f` answers, page after page: id -> times listed.
 async fn list_all(w: &World, f: &ListFilter) -> BTreeMap<String, usize> {

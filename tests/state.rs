@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::store::{window, World, T0};
+use common::store::{once_of, page_ids as ids, window, World, T0};
 use ktimer::command::{CommandKind, TimerCommand};
 use ktimer::store::{Ack, CheckpointPage, Restore, Store};
 use ktimer::timer::TimerState;
@@ -46,22 +46,9 @@ impl Checkpoints for World {
     }
 }
 
+/// A one-shot create of timer `id` of application "app", due at `at`.
 fn once(id: &str, at: i64) -> TimerCommand {
-    TimerCommand {
-        application: "app".into(),
-        at_ms: Some(at),
-        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
-    }
-}
-
-fn ids(page: &CheckpointPage) -> Vec<(&str, bool)> {
-    let mut v: Vec<_> = page
-        .timers
-        .iter()
-        .map(|(id, f)| (id.as_str(), f.is_some()))
-        .collect();
-    v.sort();
-    v
+    once_of("app", id, at)
 }
 
 #[tokio::test]

@@ -1,10 +1,11 @@
 //! A store on its own key prefix with partition 0 acquired, and the time as an argument:
 //! the harness of the store-level tests (`store.rs`, `state.rs`, `create.rs`, `swap.rs`),
-//! and what they read back: records as record.lua reads them, the fire bookkeeping.
+//! and what they read back: records as record.lua reads them, the fire bookkeeping, a
+//! checkpoint page's timers; the commands they apply.
 
 use super::{servers, unique};
-use ktimer::command::TimerCommand;
-use ktimer::store::Store;
+use ktimer::command::{CommandKind, TimerCommand};
+use ktimer::store::{CheckpointPage, Store};
 use ktimer::timer::{Applied, ApplyRequest};
 use ktimer::validate::{validate, Limits};
 
@@ -176,4 +177,32 @@ pub async fn bookkeeping(w: &World) -> Vec<Vec<String>> {
         out.push(members);
     }
     out
+}
+
+/// A one-shot create of timer `id` of application `app`, due at `at` (request id "r").
+pub fn once_of(app: &str, id: &str, at: i64) -> TimerCommand {
+    TimerCommand {
+        application: app.into(),
+        at_ms: Some(at),
+        ..TimerCommand::new(CommandKind::CreateOnce, id, "r")
+    }
+}
+
+/// Command `kind` (no schedule) of application `app` for timer `id` (request id "r").
+pub fn op_of(app: &str, kind: CommandKind, id: &str) -> TimerCommand {
+    TimerCommand {
+        application: app.into(),
+        ..TimerCommand::new(kind, id, "r")
+    }
+}
+
+/// A checkpoint page's timers, sorted: (id, whether it has fields; false: a tombstone).
+pub fn page_ids(page: &CheckpointPage) -> Vec<(&str, bool)> {
+    let mut v: Vec<_> = page
+        .timers
+        .iter()
+        .map(|(id, f)| (id.as_str(), f.is_some()))
+        .collect();
+    v.sort();
+    v
 }
