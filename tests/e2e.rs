@@ -344,3 +344,42 @@ async fn an_undeliverable_fire_goes_to_the_dead_letter_topic_and_blocks_nothing(
     assert!(state.contains("\"dead_letters\":1"), "{state}");
     svc.stop().await;
 }
+
+/// A one-shot timer created again after it fired (the same id, a new request) is
+/// accepted and fires again, and the partition's next command is not held up behind it.
+/// (With history kept, the default, the create again once failed its Redis script, and
+/// the intake retried it for ever: every later command of the partition waited.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_created_again_after_its_fire_fires_again_and_the_partition_moves_on() {
+    let env = TestEnv::new("again", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    env.send(&once_at("again", now_ms() + 500, "first"), None)
+        .await;
+    assert_eq!(got.results(1, WAIT).await[0].outcome, Outcome::Accepted);
+    assert_eq!(got.fires(1, WAIT).await[0].timer_id, "again");
+
+    let due = now_ms() + 500;
+    let mut again = once_at("again", due, "second");
+    again.request_id = "req-again-2".into();
+    env.send(&again, None).await;
+    env.send(&once_at("after", due, "next"), None).await;
+    let results = got.results(2, WAIT).await;
+    let outcomes: Vec<_> = results
+        .iter()
+        .map(|r| (r.timer_id.as_deref().unwrap_or(""), r.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("again", Outcome::Accepted), ("after", Outcome::Accepted)]
+    );
+    let mut fired: Vec<_> = got
+        .fires(2, WAIT)
+        .await
+        .into_iter()
+        .map(|f| f.timer_id)
+        .collect();
+    fired.sort();
+    assert_eq!(fired, ["after", "again"]);
+    svc.stop().await;
+}
