@@ -70,6 +70,11 @@ def fresh(offset, due, now, written):
     return head, (b"\xa11" if written else b"\xc2") + msgpack.packb(history, use_bin_type=False)
 
 
+def keys(names):
+    """The partition's keys named `names` (the harness's prefix)."""
+    return [B + k for k in names]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -113,7 +118,6 @@ class Counted:
 def create_calls(r, sha, timers, now, due0, written):
     """The creates of `timers` new one-shot timers, as ktimer sends them: to create.lua
     when the revision has it (`sha["via"]`), else to apply.lua; calls of 100."""
-    keys = lambda names: [B + k for k in names]
     for first in range(0, timers, 100):
         groups = []
         for i in range(first, min(first + 100, timers)):
@@ -141,7 +145,6 @@ def create_calls(r, sha, timers, now, due0, written):
 def checkpoint_pages(r, sha, now):
     """Checkpoint pages of up to 500 timers, each confirmed, until none is left dirty;
     answers the timers the pages answered."""
-    keys = lambda names: [B + k for k in names]
     answered = 0
     while True:
         reply = r.evalsha(sha["checkpoint"], 12, *keys(
@@ -162,15 +165,14 @@ def checkpoint_pages(r, sha, now):
 
 def life(c, sha, timers, written=False):
     """Drives `timers` timers through create, promotion, claim and swap: instructions per op.
-    `written`: due beyond the deferral window, their states written by checkpoint pages
-    before the fire and their tombstones after it."""
+    `written`: due beyond the deferral window, their states written by the intake (confirmed
+    by written.lua) and their tombstones answered by checkpoint pages after the fire."""
     # Due 5 to 9 s after their create: deferred, their states never written (the burst);
     # written: 60 s after.
     r, now = c.r, 1_800_000_000_000
     due0 = now + (60_000 if written else 5_000)
     r.flushall()
     r.set(B + "epoch", EPOCH)
-    keys = lambda names: [B + k for k in names]
     c.mark()
     create_calls(r, sha, timers, now, due0, written)
     out = {"create": c.mark()}
@@ -206,7 +208,7 @@ def life(c, sha, timers, written=False):
     grouped = "the number of fires n" in sha["swap_src"]
     for first in range(0, len(fires), 500):
         args = [EPOCH, B, 86_400_000]
-        if grouped:  # (one run: one application, no state written)
+        if grouped:  # (one run: one application, states all written or all not)
             args += ["default", "1" if written else "", len(fires[first:first + 500])]
         for member, read in fires[first:first + 500]:
             v, due, tid = member.split(b":", 2)
