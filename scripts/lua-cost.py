@@ -134,12 +134,32 @@ def create_calls(r, sha, timers, now, due0, written):
         if sha["via"] == "create":
             r.evalsha(sha["create"], 7, *keys(["epoch", "offset", "idx", "dirty", "deferred:off",
                                                "apps", "writing"]),
-                      EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, "1", *groups)
+                      EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, "1",
+                      *create_groups(r, sha, groups))
         else:
             r.evalsha(sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron",
                                                "dirty", "deferred:off", "apps", "writing", "pk"]),
                       EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, 20, 604_800_000, "1",
                       *groups)
+
+
+def create_groups(r, sha, groups):
+    """create.lua's arguments after its header for `groups` (7 per timer: offset, id, due,
+    definition, head, tail, application): as they are, or, where the owner packs the
+    whole record (`sha["whole"]`), the prefix numbered first (a call of no timers) and
+    5 per timer (offset, id, due, record, application)."""
+    if not sha["whole"]:
+        return groups
+    n = r.evalsha(sha["create"], 7, *keys(["epoch", "offset", "idx", "dirty", "deferred:off",
+                                           "apps", "writing"]),
+                  EPOCH, 86_400_000, B + "s:", -1, 0, 10_000, B, "1", 1, "", PREFIX)[1][0]
+    rest = DEF[len(PREFIX):]
+    numbered = b"\x92" + msgpack.packb(n) + msgpack.packb(rest, use_bin_type=False)
+    out = [1, n, PREFIX]
+    for g in range(0, len(groups), 7):
+        off, tid, due, _, head, tail, app = groups[g:g + 7]
+        out += [off, tid, due, head + numbered + tail, app]
+    return out
 
 
 def checkpoint_pages(r, sha, now):
@@ -246,6 +266,8 @@ def main():
             sha = {k: c.r.script_load(v) for k, v in scripts(rev).items()}
             sha["compact"] = "the number of cron values that follow" in source(rev, "apply.lua")
             sha["swap_src"] = source(rev, "swap.lua")
+            sha["whole"] = "the number k of definition prefixes" in (
+                source(rev, "create.lua") if "create" in sha else "")
             for via in ["apply", "create"] if "create" in sha else ["apply"]:
                 sha["via"] = via
                 for written in [False, True]:

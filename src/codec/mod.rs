@@ -364,6 +364,25 @@ pub fn encode_stored(def: &TimerDef) -> Result<Vec<u8>, CodecError> {
     Ok(out)
 }
 
+/// The length of the prefix [`encode_stored`] writes for `def`: the application and the
+/// callback topic, the bytes every timer of an application sending to one topic shares
+/// (the store numbers them per partition). An Avro string is its length (a zigzag varint)
+/// then its bytes; an optional one, the union's branch (a varint: 0 null, 1 string) first.
+pub fn stored_prefix_len(def: &TimerDef) -> usize {
+    let string = |len: usize| varint_len(2 * len as u64) + len;
+    string(def.application.len())
+        + def
+            .callback
+            .topic
+            .as_ref()
+            .map_or(1, |t| 1 + string(t.len()))
+}
+
+/// The bytes of an Avro varint of `n` (already zigzagged): 7 bits per byte.
+fn varint_len(n: u64) -> usize {
+    (64 - n.leading_zeros() as usize).div_ceil(7).max(1)
+}
+
 /// Decodes what [`encode_stored`] wrote.
 pub fn decode_stored(bytes: &[u8]) -> Result<TimerDef, CodecError> {
     SCHEMAS.stored.read_datum(bytes)

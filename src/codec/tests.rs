@@ -61,6 +61,43 @@ fn stored_round_trip() {
     assert_eq!(decode_stored(&encode_stored(&def).unwrap()).unwrap(), def);
 }
 
+/// The stored prefix is what apache-avro's generic encoder writes for the application
+/// and the optional topic, at every length where a varint grows a byte.
+#[test]
+fn the_stored_prefix_is_the_application_and_the_topic() {
+    let schema = Schema::parse_str(
+        r#"{"type": "record", "name": "P", "fields": [{"name": "a", "type": "string"},
+        {"name": "t", "type": ["null", "string"]}]}"#,
+    )
+    .unwrap();
+    for app_len in [0, 1, 63, 64, 8191, 8192] {
+        for topic_len in [None, Some(0), Some(5), Some(63), Some(64), Some(200)] {
+            let mut def = TimerDef {
+                application: "a".repeat(app_len),
+                callback: cmd().callback.unwrap(),
+            };
+            def.callback.topic = topic_len.map(|n| "t".repeat(n));
+            let topic = match &def.callback.topic {
+                None => Value::Union(0, Box::new(Value::Null)),
+                Some(t) => Value::Union(1, Box::new(Value::String(t.clone()))),
+            };
+            let fields = vec![
+                ("a".to_string(), Value::String(def.application.clone())),
+                ("t".to_string(), topic),
+            ];
+            let writer = GenericDatumWriter::builder(&schema).build().unwrap();
+            let want = writer.write_value_to_vec(Value::Record(fields)).unwrap();
+            let stored = encode_stored(&def).unwrap();
+            assert_eq!(
+                stored_prefix_len(&def),
+                want.len(),
+                "{app_len} {topic_len:?}"
+            );
+            assert_eq!(&stored[..want.len()], &want[..], "{app_len} {topic_len:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_length_prefix_larger_than_the_limit_allocates_nothing() {
     let c = Codec::new(None).unwrap();

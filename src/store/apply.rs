@@ -4,9 +4,9 @@ use super::fresh::FreshState;
 use super::state::States;
 use super::{bad_reply, Store, StoreError};
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, TimerFields, TimerState};
-use args::{command_args, create_args};
+use args::command_groups;
 use chunks::{chunks, Chunk};
-use create::{accepted, parse_created, Created};
+use create::{accepted, create_groups, parse_created, Created};
 use redis::{FromRedisValue, Pipeline};
 use std::collections::{BTreeMap, HashMap};
 
@@ -108,21 +108,21 @@ impl Store {
         let mut pipes: BTreeMap<i32, (Pipeline, Vec<Call>)> = BTreeMap::new();
         // The states of new one-shot timers, by (partition, offset).
         let mut fresh = HashMap::new();
+        let header = |c: &Chunk| {
+            let first = &reqs[c.reqs[0]];
+            self.chunk_call(first, c, floor(first.partition), now_ms, writing)
+        };
+        let defs = self.create_defs(reqs, &chunks, header).await?;
+        let history = self.history.entries > 0;
         for (c, chunk) in chunks.iter().enumerate() {
             let first = &reqs[chunk.reqs[0]];
-            let mut inv = self.chunk_call(first, chunk, floor(first.partition), now_ms, writing);
-            for (at, &i) in chunk.reqs.iter().enumerate() {
-                let history = self.history.entries > 0;
-                let prev = at
-                    .checked_sub(1)
-                    .map(|p| reqs[chunk.reqs[p]].application.as_str());
-                let state = match chunk.create {
-                    true => create_args(&reqs[i], prev, now_ms, history, &mut inv)?,
-                    false => command_args(&reqs[i], now_ms, history, &mut inv)?,
-                };
-                if let Some(f) = state.filter(|_| writing) {
-                    fresh.insert((reqs[i].partition, reqs[i].offset), f);
-                }
+            let mut inv = header(chunk);
+            let states = match chunk.create {
+                true => create_groups(reqs, chunk, &defs, now_ms, history, &mut inv)?,
+                false => command_groups(reqs, chunk, now_ms, history, &mut inv)?,
+            };
+            for (i, f) in states.into_iter().filter(|_| writing) {
+                fresh.insert((reqs[i].partition, reqs[i].offset), f);
             }
             let (p, calls) = pipes.entry(first.partition).or_default();
             inv.add_to(p);
@@ -151,6 +151,7 @@ impl Store {
             moved: Vec::new(),
             written: Vec::new(),
             later: Vec::new(),
+            stale: Vec::new(),
         };
         let answered = pipes.values().flat_map(|(_, calls)| calls);
         for (call, v) in answered.zip(replies.into_iter().flatten()) {
@@ -162,6 +163,9 @@ impl Store {
                     }
                 }
             }
+        }
+        for &p in &out.stale {
+            self.prefixes.forget(&self.keys(p).base());
         }
         if !out.later.is_empty() {
             // Timers create.lua answered back: Redis holds them; apply.lua decides. No
@@ -243,6 +247,8 @@ struct Outcome {
     written: Vec<Written>,
     /// Commands create.lua answered back, for apply.lua.
     later: Vec<usize>,
+    /// Partitions whose prefix numbers create.lua found stale.
+    stale: Vec<i32>,
 }
 
 impl Outcome {
@@ -261,12 +267,19 @@ impl Outcome {
         let mut timers = Vec::new();
         let mut entry = first.offset;
         if chunk.create {
-            let Created::Done { owed, skipped } = parse_created(v, chunk.reqs.len())? else {
-                chunk
-                    .reqs
-                    .iter()
-                    .for_each(|&i| self.applied[i] = Some(Applied::fenced()));
-                return Ok(());
+            let (owed, skipped) = match parse_created(v, chunk.reqs.len())? {
+                Created::Done { owed, skipped, .. } => (owed, skipped),
+                Created::Fenced => {
+                    (chunk.reqs.iter()).for_each(|&i| self.applied[i] = Some(Applied::fenced()));
+                    return Ok(());
+                }
+                Created::Prefixes => {
+                    // (A prefix number was stale: apply.lua takes the chunk, and the
+                    // partition's numbers are learnt again.)
+                    self.stale.push(p);
+                    self.later.extend(&chunk.reqs);
+                    return Ok(());
+                }
             };
             let mut created = Vec::new();
             for (at, &i) in chunk.reqs.iter().enumerate() {

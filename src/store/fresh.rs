@@ -1,8 +1,9 @@
 //! A new one-shot timer's record, built by the owner: the partition has one writer, so
 //! what a create of a timer Redis holds no record of writes is known before the call.
 //! ktimer sends it packed (record.lua's `rec_pack` format: a MessagePack array in the
-//! order of `REC_FIELDS`) around the definition, which `apply.lua` fills in with the
-//! partition's prefix numbering (`rec_put_fresh`); the state the intake writes for it is
+//! order of `REC_FIELDS`): whole to create.lua ([`Fresh::record`], its definition's prefix
+//! numbered as the partition numbers it, `prefixes.rs`), or around the definition to
+//! apply.lua, which fills it in (`rec_put_fresh`); the state the intake writes for it is
 //! built here too, so Redis answers only that it used this one. Lua no longer unpacks,
 //! packs or lists the fields of the most common command.
 //!
@@ -98,6 +99,26 @@ impl Fresh {
             history: h,
         });
         Fresh { head, tail, state }
+    }
+}
+
+impl Fresh {
+    /// The whole record, as create.lua writes it: the head, stored definition `def` as a
+    /// record holds it (with `numbered` = (n, prefix length): `{n, rest}`, its prefix as
+    /// the partition numbers it; else whole), then the tail.
+    pub fn record(&self, def: &[u8], numbered: Option<(u32, usize)>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.head.len() + def.len() + self.tail.len() + 8);
+        out.extend_from_slice(&self.head);
+        match numbered {
+            Some((n, len)) => {
+                rmp::encode::write_array_len(&mut out, 2).expect("writing to a Vec");
+                rmp::encode::write_uint(&mut out, u64::from(n)).expect("writing to a Vec");
+                write_str(&mut out, &def[len..]);
+            }
+            None => write_str(&mut out, def),
+        }
+        out.extend_from_slice(&self.tail);
+        out
     }
 }
 

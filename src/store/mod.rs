@@ -51,6 +51,7 @@ mod history;
 pub mod keys;
 mod list;
 mod packed;
+mod prefixes;
 mod record;
 mod scripts;
 mod state;
@@ -148,6 +149,8 @@ pub struct Store {
     /// callback.
     client: Client,
     scripts: Arc<Scripts>,
+    /// The definition prefix numbers learnt per partition (create.lua's records).
+    prefixes: Arc<prefixes::Prefixes>,
     prefix: String,
     topic: String,
     retention_ms: i64,
@@ -189,6 +192,7 @@ impl Store {
         let store = Store {
             conn,
             scripts: Arc::new(Scripts::new()),
+            prefixes: Arc::default(),
             client,
             prefix: prefix.to_string(),
             topic: topic.to_string(),

@@ -1,6 +1,7 @@
 //! The arguments of one command in an `apply.lua` call (pure request building: the
 //! layout is the header of apply.lua; unit tests in `tests.rs`).
 
+use super::chunks::Chunk;
 use crate::codec;
 use crate::command::MisfirePolicy;
 use crate::store::cron::refill_at;
@@ -97,6 +98,23 @@ pub(super) fn command_args(
     Ok(fresh.and_then(|f| f.state))
 }
 
+/// Appends apply.lua's groups for `chunk` of `reqs` ([`command_args`]); answers the
+/// states of the new one-shot timers, by index into `reqs`.
+pub(super) fn command_groups(
+    reqs: &[ApplyRequest],
+    chunk: &Chunk,
+    now_ms: i64,
+    history: bool,
+    out: &mut impl Args,
+) -> Result<Vec<(usize, FreshState)>, StoreError> {
+    let mut states = Vec::new();
+    for &i in &chunk.reqs {
+        let state = command_args(&reqs[i], now_ms, history, out)?;
+        states.extend(state.map(|s| (i, s)));
+    }
+    Ok(states)
+}
+
 /// The record ktimer packs for new one-shot timer `r` (due `due_ms`, stored definition
 /// `def` of `d`), applied at `now_ms`: deferred when due within the deferral window.
 fn fresh_record(
@@ -124,11 +142,14 @@ pub(super) fn creates_once(r: &ApplyRequest) -> bool {
     once && r.max_pending.is_none() && !r.paced
 }
 
-/// Appends create.lua's group for `r` ([`creates_once`]): offset, timer id, due, stored
-/// definition, the head and tail of its record ([`Fresh`]), and its application ('' when
-/// it is `prev`, the previous group's). Answers its state (none when deferred).
+/// Appends create.lua's group for `r` ([`creates_once`]): offset, timer id, due, its
+/// record ([`Fresh::record`]: stored definition `def`, its prefix numbered as `numbered`
+/// says), and its application ('' when it is `prev`, the previous group's). Answers its
+/// state (none when deferred).
 pub(super) fn create_args(
     r: &ApplyRequest,
+    def: &[u8],
+    numbered: Option<(u32, usize)>,
     prev: Option<&str>,
     now_ms: i64,
     history: bool,
@@ -141,14 +162,11 @@ pub(super) fn create_args(
     else {
         return Err(bad_reply("create.lua takes creates of one-shot timers"));
     };
-    let def = codec::encode_stored(d).map_err(bad_reply)?;
-    let f = fresh_record(r, *due_ms, &def, d, now_ms, history);
+    let f = fresh_record(r, *due_ms, def, d, now_ms, history);
     out.push(r.offset);
     out.push(&r.timer_id);
     out.push(*due_ms);
-    out.push(&def);
-    out.push(&f.head);
-    out.push(&f.tail);
+    out.push(f.record(def, numbered));
     match prev == Some(r.application.as_str()) {
         true => out.push(""),
         false => out.push(&r.application),

@@ -1,17 +1,176 @@
-//! create.lua's answer for a chunk of new one-shot timers (pure; unit tests in `tests.rs`).
+//! create.lua's chunks of new one-shot timers: their definitions' prefixes numbered
+//! (`prefixes.rs`), their arguments, and the answer (pure but the numbering; unit tests
+//! in `tests.rs`).
 
-use crate::store::{bad_reply, StoreError};
+use super::args::{create_args, Args};
+use super::chunks::Chunk;
+use crate::codec;
+use crate::store::fresh::FreshState;
+use crate::store::prefixes::MIN_NUMBERED;
+use crate::store::{bad_reply, Store, StoreError};
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op, Schedule, TimerState};
 use redis::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What create.lua did with a chunk.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Created {
     /// The partition's epoch moved, or Redis lost writes: nothing was done.
     Fenced,
+    /// A prefix number the chunk used is not the partition's: nothing was done.
+    Prefixes,
     /// Every timer created but the `skipped` ones (positions in the chunk: Redis holds a
     /// record of them, apply.lua decides); `owed` of them have states the caller writes.
-    Done { owed: usize, skipped: Vec<usize> },
+    /// `numbers`: the number of each prefix the call named, in order (0: none).
+    Done {
+        owed: usize,
+        numbers: Vec<u32>,
+        skipped: Vec<usize>,
+    },
+}
+
+/// A new one-shot timer's stored definition, the length of its prefix (0: too short to
+/// number) and the prefix's number (0: the record holds the definition whole).
+pub(super) struct Def {
+    bytes: Vec<u8>,
+    prefix: usize,
+    number: u32,
+}
+
+impl Def {
+    /// (number, prefix length) when the record holds the prefix numbered.
+    fn numbered(&self) -> Option<(u32, usize)> {
+        (self.number > 0).then_some((self.number, self.prefix))
+    }
+}
+
+/// The definitions of the timers of create.lua chunks, by index into the batch.
+pub(super) type Defs = HashMap<usize, Def>;
+
+impl Store {
+    /// The stored definitions of the timers `chunks` send to create.lua, their prefixes
+    /// numbered: those the partition numbered before from what this store learnt, the
+    /// others by a create.lua call of no timers per partition first (`header`: a chunk's
+    /// call with its header arguments). A prefix left unnumbered (the call was fenced, or
+    /// the partition numbers no more) is written whole.
+    pub(super) async fn create_defs<'a>(
+        &'a self,
+        reqs: &[ApplyRequest],
+        chunks: &[Chunk],
+        header: impl Fn(&Chunk) -> crate::store::scripts::Call<'a>,
+    ) -> Result<Defs, StoreError> {
+        let mut defs = Defs::new();
+        // Per partition, the prefixes not learnt yet and a chunk of it; their timers.
+        let mut unknown: BTreeMap<i32, (BTreeSet<Vec<u8>>, &Chunk)> = BTreeMap::new();
+        let mut later = Vec::new();
+        for chunk in chunks.iter().filter(|c| c.create) {
+            for &i in &chunk.reqs {
+                let r = &reqs[i];
+                let Op::Create { def, .. } = &r.op else {
+                    return Err(bad_reply("create.lua takes creates"));
+                };
+                let bytes = codec::encode_stored(def).map_err(bad_reply)?;
+                let len = codec::stored_prefix_len(def);
+                let prefix = if len >= MIN_NUMBERED { len } else { 0 };
+                let base = self.keys(r.partition).base();
+                let known = (prefix > 0).then(|| self.prefixes.number(&base, &bytes[..prefix]));
+                let number = match known {
+                    Some(None) => {
+                        let (set, _) = unknown
+                            .entry(r.partition)
+                            .or_insert((BTreeSet::new(), chunk));
+                        set.insert(bytes[..prefix].to_vec());
+                        later.push(i);
+                        0
+                    }
+                    Some(Some(n)) => n,
+                    None => 0,
+                };
+                defs.insert(
+                    i,
+                    Def {
+                        bytes,
+                        prefix,
+                        number,
+                    },
+                );
+            }
+        }
+        for (p, (prefixes, chunk)) in unknown {
+            let mut inv = header(chunk);
+            inv.arg(prefixes.len());
+            prefixes.iter().for_each(|x| {
+                inv.arg("").arg(x);
+            });
+            let mut pipe = redis::pipe();
+            inv.add_to(&mut pipe);
+            let (v,): (Value,) = self.run("apply", &pipe).await?;
+            let Created::Done { numbers, .. } = parse_created(v, 0)? else {
+                continue; // (fenced: the chunks are answered so too)
+            };
+            if numbers.len() != prefixes.len() {
+                return Err(bad_reply(format!("create numbered {numbers:?}")));
+            }
+            let base = self.keys(p).base();
+            for (x, n) in prefixes.into_iter().zip(numbers) {
+                self.prefixes.learn(&base, x, n);
+            }
+        }
+        for i in later {
+            let def = defs.get_mut(&i).expect("listed above");
+            let base = self.keys(reqs[i].partition).base();
+            let number = self.prefixes.number(&base, &def.bytes[..def.prefix]);
+            def.number = number.unwrap_or(0);
+        }
+        Ok(defs)
+    }
+}
+
+/// Appends create.lua's arguments after its header for `chunk` of `reqs`: the prefixes
+/// its records number (each checked by the script), then a group per timer
+/// ([`create_args`]). Answers the states owed, by index into `reqs`.
+pub(super) fn create_groups(
+    reqs: &[ApplyRequest],
+    chunk: &Chunk,
+    defs: &Defs,
+    now_ms: i64,
+    history: bool,
+    out: &mut impl Args,
+) -> Result<Vec<(usize, FreshState)>, StoreError> {
+    let def = |i: &usize| {
+        defs.get(i)
+            .ok_or_else(|| bad_reply("a create without its definition"))
+    };
+    let mut numbered: BTreeMap<u32, &[u8]> = BTreeMap::new();
+    for i in &chunk.reqs {
+        let d = def(i)?;
+        if let Some((n, len)) = d.numbered() {
+            numbered.insert(n, &d.bytes[..len]);
+        }
+    }
+    out.push(numbered.len());
+    for (n, prefix) in numbered {
+        out.push(n);
+        out.push(prefix);
+    }
+    let mut states = Vec::new();
+    for (at, i) in chunk.reqs.iter().enumerate() {
+        let prev = at
+            .checked_sub(1)
+            .map(|p| reqs[chunk.reqs[p]].application.as_str());
+        let d = def(i)?;
+        let state = create_args(
+            &reqs[*i],
+            &d.bytes,
+            d.numbered(),
+            prev,
+            now_ms,
+            history,
+            out,
+        )?;
+        states.extend(state.map(|s| (*i, s)));
+    }
+    Ok(states)
 }
 
 /// Parses create.lua's answer for a chunk of `n` timers.
@@ -25,12 +184,20 @@ pub(super) fn parse_created(v: Value, n: usize) -> Result<Created, StoreError> {
     };
     match items.first() {
         Some(Value::BulkString(b)) if b == b"fenced" => return Ok(Created::Fenced),
+        Some(Value::BulkString(b)) if b == b"prefixes" => return Ok(Created::Prefixes),
         None => return Err(bad_reply("create answered nothing")),
         _ => {}
     }
     let owed = usize::try_from(int(&items[0])?).map_err(bad_reply)?;
-    let mut skipped = Vec::with_capacity(items.len() - 1);
-    for v in &items[1..] {
+    let numbers = match items.get(1) {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| u32::try_from(int(v)?).map_err(bad_reply))
+            .collect::<Result<Vec<u32>, _>>()?,
+        other => return Err(bad_reply(format!("create answered prefixes {other:?}"))),
+    };
+    let mut skipped = Vec::with_capacity(items.len() - 2);
+    for v in &items[2..] {
         let g = usize::try_from(int(v)?).map_err(bad_reply)?;
         if g == 0 || g > n || skipped.last().is_some_and(|&l| l + 1 >= g) {
             return Err(bad_reply(format!("create answered timer {g} of {n}")));
@@ -40,7 +207,11 @@ pub(super) fn parse_created(v: Value, n: usize) -> Result<Created, StoreError> {
     if owed + skipped.len() > n {
         return Err(bad_reply(format!("create answered {owed} states of {n}")));
     }
-    Ok(Created::Done { owed, skipped })
+    Ok(Created::Done {
+        owed,
+        numbers,
+        skipped,
+    })
 }
 
 /// What apply.lua answers for `r`, a create of a one-shot timer Redis held no record of.

@@ -188,27 +188,49 @@ fn runs_of_new_one_shot_timers_go_to_create_lua() {
 #[test]
 fn create_args_follow_create_lua_layout() {
     let r = create_once(0, 42, "t9", "app");
-    let mut args: Vec<Vec<u8>> = Vec::new();
-    let state = create_args(&r, None, 0, true, &mut args).unwrap();
-    let t = texts(&args);
-    assert_eq!(&t[..3], ["42", "t9", "90000"]);
     let whole = collect(&r, 0);
-    // The definition and the record's head and tail are what apply.lua would get.
-    assert_eq!(args[3], whole[6]);
-    assert_eq!((&args[4], &args[5]), (&whole[11], &whole[12]));
-    assert_eq!(args.len(), 7);
-    assert_eq!(t[6], "app", "the application, named in the first group");
-    assert!(
-        state.is_some(),
-        "due after the deferral window: a state is owed"
-    );
+    let def = &whole[6];
+    let (head, tail) = (&whole[11], &whole[12]);
+    let len = 5; // (the application "app" and no topic: 1 + 3 + 1 bytes)
+    for numbered in [None, Some((3, len))] {
+        let mut args: Vec<Vec<u8>> = Vec::new();
+        let state = create_args(&r, def, numbered, None, 0, true, &mut args).unwrap();
+        let t = texts(&args);
+        assert_eq!(&t[..3], ["42", "t9", "90000"]);
+        assert_eq!(args.len(), 5);
+        assert_eq!(t[4], "app", "the application, named in the first group");
+        assert!(
+            state.is_some(),
+            "due after the deferral window: a state is owed"
+        );
+        // The record: what apply.lua gets around the definition, the definition as a
+        // record holds it (a MessagePack string, or [number, rest of it]).
+        let record = &args[3];
+        assert!(record.starts_with(head) && record.ends_with(tail));
+        let middle = &record[head.len()..record.len() - tail.len()];
+        let read = rmpv::decode::read_value(&mut &middle[..]).unwrap();
+        let bytes = |v: &rmpv::Value| match v {
+            rmpv::Value::String(s) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        };
+        match (numbered, read.as_array()) {
+            (None, _) => assert_eq!(bytes(&read).as_deref(), Some(&def[..])),
+            (Some((n, len)), Some(pair)) => {
+                assert_eq!(pair[0].as_u64(), Some(u64::from(n)));
+                assert_eq!(bytes(&pair[1]).as_deref(), Some(&def[len..]));
+            }
+            (Some(_), None) => panic!("a numbered definition packed as {read:?}"),
+        }
+    }
     // A group after one of the same application leaves it out; of another, names it.
     for (prev, app) in [(Some("app"), ""), (Some("other"), "app")] {
         let mut next: Vec<Vec<u8>> = Vec::new();
-        create_args(&r, prev, 0, true, &mut next).unwrap();
-        assert_eq!(next[6], app.as_bytes());
+        create_args(&r, def, None, prev, 0, true, &mut next).unwrap();
+        assert_eq!(next[4], app.as_bytes());
     }
-    assert!(create_args(&req(0, 1, Op::Cancel), None, 0, true, &mut args).is_err());
+    let mut args: Vec<Vec<u8>> = Vec::new();
+    let cancel = req(0, 1, Op::Cancel);
+    assert!(create_args(&cancel, def, None, None, 0, true, &mut args).is_err());
 }
 
 #[test]
@@ -217,19 +239,31 @@ fn create_lua_answers_parse() {
     let arr = |v: &[i64]| Value::Array(v.iter().map(|&i| Value::Int(i)).collect());
     let done = |owed, skipped: &[usize]| Created::Done {
         owed,
+        numbers: vec![2, 0],
         skipped: skipped.to_vec(),
+    };
+    // (The owed count, the prefixes' numbers, then the timers Redis holds.)
+    let arr = |v: &[i64]| {
+        let mut items = vec![Value::Int(v[0]), arr(&[2, 0])];
+        items.extend(v[1..].iter().map(|&i| Value::Int(i)));
+        Value::Array(items)
     };
     assert_eq!(parse_created(arr(&[3]), 3).unwrap(), done(3, &[]));
     assert_eq!(parse_created(arr(&[1, 1, 3]), 3).unwrap(), done(1, &[0, 2]));
-    let fenced = Value::Array(vec![Value::BulkString(b"fenced".to_vec())]);
-    assert_eq!(parse_created(fenced, 3).unwrap(), Created::Fenced);
+    let word = |w: &[u8]| Value::Array(vec![Value::BulkString(w.to_vec())]);
+    assert_eq!(parse_created(word(b"fenced"), 3).unwrap(), Created::Fenced);
+    assert_eq!(
+        parse_created(word(b"prefixes"), 3).unwrap(),
+        Created::Prefixes
+    );
     // Out of range, out of order, more states than timers.
     for bad in [
         arr(&[0, 4]),
         arr(&[0, 2, 2]),
         arr(&[0, 0]),
         arr(&[3, 1]),
-        arr(&[]),
+        Value::Array(vec![]),
+        Value::Array(vec![Value::Int(0)]),
     ] {
         assert!(parse_created(bad, 3).is_err());
     }
