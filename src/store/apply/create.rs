@@ -30,22 +30,26 @@ pub(super) enum Created {
 }
 
 /// A new one-shot timer's stored definition, the length of its prefix (0: too short to
-/// number) and the prefix's number (0: the record holds the definition whole).
+/// number) and the prefix's number (0: the record holds the definition whole; none: not
+/// learnt yet).
 pub(super) struct Def {
     bytes: Vec<u8>,
     prefix: usize,
-    number: u32,
+    number: Option<u32>,
 }
 
 impl Def {
     /// (number, prefix length) when the record holds the prefix numbered.
     fn numbered(&self) -> Option<(u32, usize)> {
-        (self.number > 0).then_some((self.number, self.prefix))
+        self.number.filter(|&n| n > 0).map(|n| (n, self.prefix))
     }
 }
 
 /// The definitions of the timers of create.lua chunks, by index into the batch.
 pub(super) type Defs = HashMap<usize, Def>;
+
+/// Per partition, the prefixes whose numbers are not learnt yet, and a chunk of it.
+type Unknown<'c> = BTreeMap<i32, (BTreeSet<Vec<u8>>, &'c Chunk)>;
 
 impl Store {
     /// The stored definitions of the timers `chunks` send to create.lua, their prefixes
@@ -59,70 +63,82 @@ impl Store {
         chunks: &[Chunk],
         header: impl Fn(&Chunk) -> crate::store::scripts::Call<'a>,
     ) -> Result<Defs, StoreError> {
-        let mut defs = Defs::new();
-        // Per partition, the prefixes not learnt yet and a chunk of it; their timers.
-        let mut unknown: BTreeMap<i32, (BTreeSet<Vec<u8>>, &Chunk)> = BTreeMap::new();
-        let mut later = Vec::new();
+        let (mut defs, unknown) = self.known_defs(reqs, chunks)?;
+        for (p, (prefixes, chunk)) in unknown {
+            self.number_prefixes(p, prefixes, header(chunk)).await?;
+        }
+        for (&i, def) in defs.iter_mut().filter(|(_, d)| d.number.is_none()) {
+            let base = self.keys(reqs[i].partition).base();
+            let n = self.prefixes.number(&base, &def.bytes[..def.prefix]);
+            def.number = Some(n.unwrap_or(0));
+        }
+        Ok(defs)
+    }
+
+    /// The definitions of the chunks' timers with the numbers learnt, and the prefixes
+    /// not learnt yet.
+    fn known_defs<'c>(
+        &self,
+        reqs: &[ApplyRequest],
+        chunks: &'c [Chunk],
+    ) -> Result<(Defs, Unknown<'c>), StoreError> {
+        let (mut defs, mut unknown) = (Defs::new(), Unknown::new());
         for chunk in chunks.iter().filter(|c| c.create) {
+            let base = self.keys(reqs[chunk.reqs[0]].partition).base();
             for &i in &chunk.reqs {
-                let r = &reqs[i];
-                let Op::Create { def, .. } = &r.op else {
+                let Op::Create { def, .. } = &reqs[i].op else {
                     return Err(bad_reply("create.lua takes creates"));
                 };
                 let bytes = codec::encode_stored(def).map_err(bad_reply)?;
                 let len = codec::stored_prefix_len(def);
                 let prefix = if len >= MIN_NUMBERED { len } else { 0 };
-                let base = self.keys(r.partition).base();
-                let known = (prefix > 0).then(|| self.prefixes.number(&base, &bytes[..prefix]));
-                let number = match known {
-                    Some(None) => {
-                        let (set, _) = unknown
-                            .entry(r.partition)
-                            .or_insert((BTreeSet::new(), chunk));
-                        set.insert(bytes[..prefix].to_vec());
-                        later.push(i);
-                        0
-                    }
-                    Some(Some(n)) => n,
-                    None => 0,
+                let number = match prefix {
+                    0 => Some(0),
+                    _ => self.prefixes.number(&base, &bytes[..prefix]),
                 };
-                defs.insert(
-                    i,
-                    Def {
-                        bytes,
-                        prefix,
-                        number,
-                    },
-                );
+                if number.is_none() {
+                    let p = reqs[i].partition;
+                    let (set, _) = unknown.entry(p).or_insert((BTreeSet::new(), chunk));
+                    set.insert(bytes[..prefix].to_vec());
+                }
+                let def = Def {
+                    bytes,
+                    prefix,
+                    number,
+                };
+                defs.insert(i, def);
             }
         }
-        for (p, (prefixes, chunk)) in unknown {
-            let mut inv = header(chunk);
-            inv.arg(prefixes.len());
-            prefixes.iter().for_each(|x| {
-                inv.arg("").arg(x);
-            });
-            let mut pipe = redis::pipe();
-            inv.add_to(&mut pipe);
-            let (v,): (Value,) = self.run("apply", &pipe).await?;
-            let Created::Done { numbers, .. } = parse_created(v, 0)? else {
-                continue; // (fenced: the chunks are answered so too)
-            };
-            if numbers.len() != prefixes.len() {
-                return Err(bad_reply(format!("create numbered {numbers:?}")));
-            }
-            let base = self.keys(p).base();
-            for (x, n) in prefixes.into_iter().zip(numbers) {
-                self.prefixes.learn(&base, x, n);
-            }
+        Ok((defs, unknown))
+    }
+
+    /// Numbers `prefixes` in partition `p` by `inv`, a create.lua call of no timers with
+    /// its header arguments, and learns their numbers (none when the call was fenced:
+    /// the chunks are answered so too).
+    async fn number_prefixes(
+        &self,
+        p: i32,
+        prefixes: BTreeSet<Vec<u8>>,
+        mut inv: crate::store::scripts::Call<'_>,
+    ) -> Result<(), StoreError> {
+        inv.arg(prefixes.len());
+        prefixes.iter().for_each(|x| {
+            inv.arg("").arg(x);
+        });
+        let mut pipe = redis::pipe();
+        inv.add_to(&mut pipe);
+        let (v,): (Value,) = self.run("apply", &pipe).await?;
+        let Created::Done { numbers, .. } = parse_created(v, 0)? else {
+            return Ok(());
+        };
+        if numbers.len() != prefixes.len() {
+            return Err(bad_reply(format!("create numbered {numbers:?}")));
         }
-        for i in later {
-            let def = defs.get_mut(&i).expect("listed above");
-            let base = self.keys(reqs[i].partition).base();
-            let number = self.prefixes.number(&base, &def.bytes[..def.prefix]);
-            def.number = number.unwrap_or(0);
+        let base = self.keys(p).base();
+        for (x, n) in prefixes.into_iter().zip(numbers) {
+            self.prefixes.learn(&base, x, n);
         }
-        Ok(defs)
+        Ok(())
     }
 }
 
