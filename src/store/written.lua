@@ -10,19 +10,17 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-local entry = redis.call('HGET', KEYS[2], ARGV[3])
-if not entry then
-  return 1
-end
-local ids = writing_ids(entry)
-if ARGV[2] == 'failed' then
-  for _, id in ipairs(ids) do
-    redis.call('ZADD', KEYS[3], 'LT', ARGV[3], id)
+-- (Delivered with none blocked, the common case: the entry goes unread, whole.)
+local failed, blocked = ARGV[2] == 'failed', redis.call('ZCARD', KEYS[4]) > 0
+local entry = (failed or blocked) and redis.call('HGET', KEYS[2], ARGV[3])
+if entry then
+  local ids = writing_ids(entry)
+  if failed then
+    for _, id in ipairs(ids) do
+      redis.call('ZADD', KEYS[3], 'LT', ARGV[3], id)
+    end
   end
-end
--- (Usually none is blocked: one call instead of a look-up per id.)
-if redis.call('ZCARD', KEYS[4]) > 0 then
-  for _, id in ipairs(ids) do
+  for _, id in ipairs(blocked and ids or {}) do
     local first = redis.call('ZSCORE', KEYS[4], id)
     if first then
       redis.call('ZADD', KEYS[3], 'LT', first, id)
