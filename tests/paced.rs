@@ -125,7 +125,10 @@ async fn a_paced_backlog_of_large_fires_keeps_memory_bounded_and_neighbours_on_t
         *worst <= 250,
         "a neighbour's fire was {worst} ms late during the drain"
     );
-    let on_time = late.iter().filter(|&&l| l <= 50).count();
+    // (Within 100 ms: on the two shared cores of a test machine, with the broker, Redis
+    // and the drain beside them, a neighbour fire is 0 to 60 ms late; one stuck behind the
+    // backlog would be seconds late.)
+    let on_time = late.iter().filter(|&&l| l <= 100).count();
     assert!(on_time >= 19, "neighbour lateness {late:?}");
 
     // Then the whole backlog is delivered, once each, never early, at the pace.
