@@ -97,7 +97,7 @@ async fn a_short_spread_run_with_started_instances_and_a_takeover_counts_every_t
     assert!(n(&r, "/fire/ktimer_cpu/us_per_item") > 0.0, "{r}");
     assert!(n(&r, "/fire/peak_rss_mb") > 0.0, "{r}");
     // Redis's time by script, from its slow log (calls of 20 µs or more): the intake
-    // created the 2,000 new timers in create.lua calls of up to 100 (about 10 µs apiece).
+    // created the 2,000 new timers in create.lua calls of up to 200 (about 8 µs apiece).
     let family = |phase: &str, name: &str| {
         r[phase]["redis_by_script"]["families"]
             .as_array()

@@ -1,5 +1,5 @@
 use super::args::{command_args, create_args};
-use super::chunks::{chunks, Chunk, APPLY_CHUNK};
+use super::chunks::{chunks, Chunk, APPLY_CHUNK, CREATE_CHUNK};
 use super::create::{parse_created, Created};
 use super::*;
 use crate::codec;
@@ -130,6 +130,18 @@ fn commands_are_chunked_per_partition_in_order() {
     assert_eq!(c[2].len(), APPLY_CHUNK);
     assert_eq!(c[3].len(), 50);
     assert!(c[3].windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn runs_of_creates_are_chunked_by_their_own_bound() {
+    let n = CREATE_CHUNK + 50;
+    let reqs: Vec<ApplyRequest> = (0..n)
+        .map(|i| create_once(0, i as i64, &format!("t{i}"), "a"))
+        .collect();
+    let c = chunks(&reqs, true);
+    assert!(c.iter().all(|c| c.create));
+    let sizes: Vec<usize> = c.iter().map(|c| c.reqs.len()).collect();
+    assert_eq!(sizes, [CREATE_CHUNK, 50]);
 }
 
 fn create_once(partition: i32, offset: i64, id: &str, app: &str) -> ApplyRequest {
