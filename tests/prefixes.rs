@@ -133,3 +133,38 @@ async fn a_partition_full_of_prefixes_keeps_new_definitions_whole() {
     let def = &fired.fires[0].def;
     assert_eq!(def.callback.topic.as_deref(), Some("topic-a"));
 }
+
+/// The numbers learnt go stale while a new prefix is learnt: Redis loses `dp`, then one
+/// batch creates a timer of an application whose prefix the store numbered before (1,
+/// stale) and one of a new application, which the store numbers first (1 now). The
+/// stale number is caught in that batch, whichever timer comes first: both timers name
+/// their own topics when they fire.
+#[tokio::test]
+async fn a_stale_number_and_a_new_prefix_in_one_batch_keep_their_own_topics() {
+    for (round, b_first) in [(0, true), (1, false)] {
+        let mut w = World::new("prefixes-mixed").await;
+        create(&mut w, &[once("app-a", "topic-a", "first", T0 + 300_000)]).await;
+        let mut con = w.redis().await;
+        let dp = format!("{}dp", Keys::new(&w.prefix, "cmds", 0).base());
+        let _: () = redis::cmd("DEL")
+            .arg(&dp)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let mut batch = vec![
+            once("app-b", "topic-b", "b", T0 + 120_000),
+            once("app-a", "topic-a", "a", T0 + 120_000),
+        ];
+        if !b_first {
+            batch.reverse();
+        }
+        create(&mut w, &batch).await;
+        let fired = w.claim(T0 + 120_000, T0 + 120_000).await;
+        let mut topics: Vec<_> = (fired.fires.iter())
+            .map(|f| (f.timer_id.as_str(), f.def.callback.topic.as_deref()))
+            .collect();
+        topics.sort();
+        let want = [("a", Some("topic-a")), ("b", Some("topic-b"))];
+        assert_eq!(topics, want, "round {round}");
+    }
+}

@@ -31,10 +31,15 @@ impl Prefixes {
         known.get(base).and_then(|p| p.get(prefix)).copied()
     }
 
-    /// `prefix` has number `n` in the partition of key prefix `base` (0: none).
+    /// `prefix` has number `n` in the partition of key prefix `base` (0: none); another
+    /// prefix learnt with that number before is forgotten (the partition numbered anew).
     pub(super) fn learn(&self, base: &str, prefix: Vec<u8>, n: u32) {
         let mut known = self.known.lock().expect("prefixes lock");
-        known.entry(base.to_string()).or_default().insert(prefix, n);
+        let numbers = known.entry(base.to_string()).or_default();
+        if n > 0 {
+            numbers.retain(|_, &mut m| m != n);
+        }
+        numbers.insert(prefix, n);
     }
 
     /// Forgets every number of the partition of key prefix `base` (one was stale).
@@ -55,8 +60,12 @@ mod tests {
         assert_eq!(p.number("k:{t:0}:", b"app-topic"), Some(3));
         assert_eq!(p.number("k:{t:1}:", b"app-topic"), Some(0));
         assert_eq!(p.number("k:{t:0}:", b"other"), None);
-        p.forget("k:{t:0}:");
+        // A number learnt again for another prefix: the first is forgotten.
+        p.learn("k:{t:0}:", b"app-other".to_vec(), 3);
         assert_eq!(p.number("k:{t:0}:", b"app-topic"), None);
+        assert_eq!(p.number("k:{t:0}:", b"app-other"), Some(3));
+        p.forget("k:{t:0}:");
+        assert_eq!(p.number("k:{t:0}:", b"app-other"), None);
         assert_eq!(p.number("k:{t:1}:", b"app-topic"), Some(0));
     }
 }

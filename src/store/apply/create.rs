@@ -157,15 +157,17 @@ pub(super) fn create_groups(
         defs.get(i)
             .ok_or_else(|| bad_reply("a create without its definition"))
     };
-    let mut numbered: BTreeMap<u32, &[u8]> = BTreeMap::new();
+    // Each prefix with its number (by prefix: two prefixes may hold one number, one of
+    // them stale, and each is checked).
+    let mut numbered: BTreeMap<&[u8], u32> = BTreeMap::new();
     for i in &chunk.reqs {
         let d = def(i)?;
         if let Some((n, len)) = d.numbered() {
-            numbered.insert(n, &d.bytes[..len]);
+            numbered.insert(&d.bytes[..len], n);
         }
     }
     out.push(numbered.len());
-    for (n, prefix) in numbered {
+    for (prefix, n) in numbered {
         out.push(n);
         out.push(prefix);
     }
