@@ -5,8 +5,9 @@
 //! (`record.lua`). ktimer packs new one-shot timers whole (`fresh.rs`), so it keeps the
 //! numbers it learnt per partition here. What it knows may be stale (Redis lost its
 //! data, a rebuild numbered the prefixes anew): create.lua checks every prefix a call
-//! uses against the number `dp` gives it before it writes anything, and answers `prefixes` when one differs;
-//! the partition's numbers are then forgotten and learnt again.
+//! uses against the number `dp` gives it before it writes anything, and answers
+//! `prefixes` when one differs; the partition's numbers are then forgotten and learnt
+//! again.
 //!
 //! Invariant: a number here was `dp`'s for that prefix when it was learnt; 0 means the
 //! partition numbers no more prefixes (its records hold that definition whole).
