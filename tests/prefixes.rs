@@ -39,10 +39,25 @@ fn prefix(app: &str, topic: &str) -> Vec<u8> {
     bytes[..stored_prefix_len(&def)].to_vec()
 }
 
+/// The definition prefixes of partition 0 of `w`'s store (`dp`).
+fn dp(w: &World) -> String {
+    Keys::new(&w.prefix, "cmds", 0).prefixes()
+}
+
+/// Redis loses partition 0's prefix numbering (`dp`), and nothing else.
+async fn lose_numbering(w: &World) {
+    let mut con = w.redis().await;
+    let _: () = redis::cmd("DEL")
+        .arg(dp(w))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+}
+
 /// The number `dp` gives `prefix` in partition 0 of `w`'s store.
 async fn number_of(w: &World, prefix: &[u8]) -> Option<i64> {
     let mut con = w.redis().await;
-    let dp = format!("{}dp", Keys::new(&w.prefix, "cmds", 0).base());
+    let dp = dp(w);
     let mut field = b"=".to_vec();
     field.extend_from_slice(prefix);
     redis::cmd("HGET")
@@ -83,13 +98,7 @@ async fn a_stale_prefix_number_writes_nothing_under_it() {
     assert!(holds_number(&w, "x1", 1));
 
     // Redis loses the numbering; app-b's prefix becomes number 1.
-    let mut con = w.redis().await;
-    let dp = format!("{}dp", Keys::new(&w.prefix, "cmds", 0).base());
-    let _: () = redis::cmd("DEL")
-        .arg(&dp)
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    lose_numbering(&w).await;
     create(&mut w, &[once("app-b", "topic-b", "other", T0 + 120_000)]).await;
     assert_eq!(number_of(&w, &b).await, Some(1));
 
@@ -112,9 +121,8 @@ async fn a_stale_prefix_number_writes_nothing_under_it() {
 async fn a_partition_full_of_prefixes_keeps_new_definitions_whole() {
     let mut w = World::new("prefixes-full").await;
     let mut con = w.redis().await;
-    let dp = format!("{}dp", Keys::new(&w.prefix, "cmds", 0).base());
     let mut fill = redis::cmd("HSET");
-    fill.arg(&dp);
+    fill.arg(dp(&w));
     for n in 1..=4096 {
         fill.arg(format!("#{n}")).arg(format!("p{n}"));
         fill.arg(format!("=p{n}")).arg(n);
@@ -144,13 +152,7 @@ async fn a_stale_number_and_a_new_prefix_in_one_batch_keep_their_own_topics() {
     for (round, b_first) in [(0, true), (1, false)] {
         let mut w = World::new("prefixes-mixed").await;
         create(&mut w, &[once("app-a", "topic-a", "first", T0 + 300_000)]).await;
-        let mut con = w.redis().await;
-        let dp = format!("{}dp", Keys::new(&w.prefix, "cmds", 0).base());
-        let _: () = redis::cmd("DEL")
-            .arg(&dp)
-            .query_async(&mut con)
-            .await
-            .unwrap();
+        lose_numbering(&w).await;
         let mut batch = vec![
             once("app-b", "topic-b", "b", T0 + 120_000),
             once("app-a", "topic-a", "a", T0 + 120_000),

@@ -100,9 +100,7 @@ impl Fresh {
         });
         Fresh { head, tail, state }
     }
-}
 
-impl Fresh {
     /// The whole record, as create.lua writes it: the head, stored definition `def` as a
     /// record holds it (with `numbered` = (n, prefix length): `{n, rest}`, its prefix as
     /// the partition numbers it; else whole), then the tail.

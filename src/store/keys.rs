@@ -123,6 +123,11 @@ impl Keys {
     pub fn base(&self) -> String {
         self.key("")
     }
+    /// The definition prefixes shared by the records (hash: `#N` the prefix, `=PREFIX`
+    /// its number; `record.lua` derives the same name).
+    pub fn prefixes(&self) -> String {
+        self.key("dp")
+    }
     /// The bucket: scheduled one-shot timers due after the promoted minute, field the
     /// id, value the packed record (hash, `place.lua` derives the same name).
     pub fn bucket(&self) -> String {

@@ -23,9 +23,9 @@ pub(super) struct Chunk {
 }
 
 /// Groups `reqs` into script calls: runs of up to [`APPLY_CHUNK`] commands of one
-/// partition ([`CREATE_CHUNK`] for create.lua), in offset order. With `fast`, a run of creates of one-shot timers
-/// ([`creates_once`]) whose ids no other command of the batch names in that
-/// partition is a create.lua chunk: what Redis answers back for it (a timer it holds)
+/// partition ([`CREATE_CHUNK`] for create.lua), in offset order. With `fast`, a run of
+/// creates of one-shot timers ([`creates_once`]) whose ids no other command of the batch
+/// names in that partition is a create.lua chunk: what Redis answers back for it (a timer it holds)
 /// is applied after the rest of the batch without reordering any timer's commands.
 pub(super) fn chunks(reqs: &[ApplyRequest], fast: bool) -> Vec<Chunk> {
     // Per command whether create.lua takes it: one look-up of its id per command.
