@@ -165,3 +165,63 @@ async fn a_checkpoint_gets_past_timers_waiting_for_the_intakes_write() {
     );
     assert_eq!(page.applied, w.offset);
 }
+
+/// A page decides a fired timer's tombstone from its record's first bytes (the version,
+/// a command offset, then the state): at every width of the version a done one-shot
+/// timer is answered a tombstone and a cron that fired (live, dirty since its fire
+/// alone, like the done ones) its state. The crons' offsets hold bytes that are done
+/// states' codes, so a version misread as its state would tombstone a live timer.
+#[tokio::test]
+async fn a_fired_timer_is_tombstoned_by_its_head_and_a_live_cron_is_not_at_any_width() {
+    let mut w = World::new("ckpt-width").await;
+    // A fixint; uint 8, 16, 32 and 64 (0x0405, 0x03040506, 0x0304050603).
+    let offsets = [5_i64, 200, 1_029, 50_595_078, 12_952_208_899];
+    for off in offsets {
+        w.offset = off - 1;
+        let every_second = common::commands::cron(&format!("c{off}"), "* * * * * *", "tick");
+        w.apply(every_second, T0).await;
+        w.apply(once(&format!("o{off}"), T0 + 20_000), T0).await;
+    }
+    assert_eq!(page(&w, T0 + 100, 100, 100).await.timers.len(), 10);
+    let claimed = w.claim(T0 + 20_000, T0 + 20_000).await;
+    let acks: Vec<Ack> = claimed
+        .fires
+        .iter()
+        .map(|f| Ack::Produced {
+            member: f.member.clone(),
+            fired_ms: T0 + 20_001,
+            attempt: 1,
+            dead: None,
+        })
+        .collect();
+    let fired: std::collections::BTreeSet<&str> =
+        claimed.fires.iter().map(|f| f.timer_id.as_str()).collect();
+    assert_eq!(fired.len(), 10, "every timer fired: {fired:?}");
+    w.store.ack(0, w.epoch, &acks).await.expect("ack");
+    // Each is read from its own key (where the head is read).
+    for off in offsets {
+        for id in [format!("c{off}"), format!("o{off}")] {
+            let own = common::store::records_lua(
+                &w,
+                &id,
+                "return redis.call('EXISTS', REC.base .. 't:' .. ARGV[1])",
+            );
+            assert_eq!(own, redis::Value::Int(1), "{id} in its own key");
+        }
+    }
+
+    let page = page(&w, T0 + 20_100, 100, 100).await;
+    let mut want: Vec<(String, bool)> = offsets
+        .iter()
+        .flat_map(|off| [(format!("c{off}"), true), (format!("o{off}"), false)])
+        .collect();
+    want.sort();
+    let got: Vec<(String, bool)> = ids(&page)
+        .into_iter()
+        .map(|(id, s)| (id.to_string(), s))
+        .collect();
+    assert_eq!(
+        got, want,
+        "tombstones for the one-shots, states for the crons"
+    );
+}

@@ -28,6 +28,11 @@
 --   (claimed, never acknowledged) is written;
 -- * a timer that ended before any of its states was written owes no tombstone (field p
 --   marks a timer whose state was written);
+-- * a dirty member scored 'inf' changed by a fire, a completion or a rebuild, no command
+--   since (a command lowers the score to its offset); those scripts add 'inf' only for a
+--   timer whose state was written or a cron (whose state a fire changes), so one found
+--   done by its record's first bytes is answered a tombstone unread (at worst for a cron
+--   never written: a tombstone of a key the state topic lacks, which changes nothing);
 -- * the watermark is at most now, below the first pending slice member, below the first
 --   parked member, and below the first in-flight member not listed;
 -- * a dirty timer whose state the intake is writing (KEYS[10]) is not answered (its
@@ -110,6 +115,26 @@ local function done_head(s)
   return nil
 end
 
+-- Whether timer `id`'s own key holds a done record, read from its first bytes (the
+-- array's header, v, st: record.lua's first positions), not the whole record. (The
+-- numbers go to redis.call as strings: Lua formats a number with a printf.)
+assert(REC_V == 1 and REC_ST == 2)
+local function done_at_head(id)
+  local h = redis.call('GETRANGE', REC.base .. 't:' .. id, '0', '12')
+  -- A fixed array (up to 15 fields) or an array 16 (a cron's); v at 1-based `o`.
+  local b = string.byte(h, 1)
+  local o = (b and b >= 0x90 and b <= 0x9f and 2) or (b == 0xdc and 4)
+  local v = o and string.byte(h, o)
+  if not v then
+    return false
+  end
+  -- v: a positive fixint, else a uint of 1, 2, 4 or 8 bytes after its marker.
+  local w = (v < 0x80 and 1) or (v == 0xcc and 2) or (v == 0xcd and 3) or (v == 0xce and 5)
+    or (v == 0xcf and 9)
+  local code = w and string.byte(h, o + w)
+  return code ~= nil and REC_TERMINAL[REC_STATES[code]] == true
+end
+
 -- Each timer is read once: the read decides whether it is deferred and is what the page
 -- answers. `emit` collects the answer's timer part.
 local emit, emitted = {}, {}
@@ -149,6 +174,12 @@ if want > 0 then
     if writing[id] then
       held[#held + 1] = first
       held[#held + 1] = id
+    elseif first == 'inf' and done_at_head(id) then
+      -- Scored 'inf': a fire, a completion or a rebuild changed it, no command since;
+      -- done: its tombstone.
+      undeferred[#undeferred + 1] = id
+      taken[#taken + 1] = id
+      answer(id, nil)
     else
       -- A done timer (most pages after fires): a tombstone if any state of it was
       -- written, else nothing; answered without building its fields, and its record
