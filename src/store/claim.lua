@@ -10,10 +10,10 @@
 --       before this ms were missed, 7 now ms, 8 retention ms, 9 the oldest checkpoint
 --       sequence Redis may hold, 10 most bytes of definitions to answer, 11.. pairs of
 --       application and the most fires of it to take (its quota; others: no quota)
--- Returns, packed with cmsgpack (one string; src/store/packed.rs reads it), {next due ms
--- or '', vanished, full, n, k, member, definition, record, member, definition, record,
--- ..., then n pairs of application and parked members due left, then k pairs of
--- definition prefix number and prefix}, or {'fenced'}; a member is the in-flight member
+-- Returns an array (not cmsgpack: 2,000 instructions per fire less) {next due ms or '',
+-- vanished, full, n, k, member, definition, record, ..., then n pairs of application
+-- and parked members due left, then k pairs of definition prefix number and prefix},
+-- or {'fenced'}; a member is the in-flight member
 -- "version:due:id"; `record` is the packed record of a one-shot timer as read from its
 -- own key, up to SWAP_MAX bytes ('' for others: src/store/done.rs acknowledges a fire by
 -- swapping it for its done form); with a record, `definition` is '': the definition is
@@ -397,4 +397,4 @@ for n in pairs(prefixes) do
   out[#out + 1] = rec_dp_prefix(n)
 end
 out[5] = string.format('%d', k)
-return cmsgpack.pack(out)
+return out
