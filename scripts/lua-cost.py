@@ -7,9 +7,10 @@ given through one timer's life, as ktimer would: creates (the new one-shot timer
 packed as src/store/fresh.rs packs it, calls of 100; through apply.lua, and through
 create.lua too where the revision has it: a line for each), the promotion to
 their own keys (promote.lua), the claim (claim.lua, calls of up to 2,000 fires) and the
-acknowledgement by swaps (swap.lua, calls of 500). Prints Redis instructions per create,
-per promoted timer, per claimed fire and per swapped fire. A second line per revision
-('written') drives timers due beyond the deferral window, whose states the intake writes
+acknowledgement by swaps (swap.lua, calls of 500: --swap-calls). Prints Redis
+instructions per create, per promoted timer, per claimed fire and per swapped fire. A
+second line per revision ('written') drives timers due beyond the deferral window, whose
+states the intake writes
 (the confirmations, written.lua: 'state' per timer) and whose tombstones checkpoint pages
 of 500 answer after the swaps (checkpoint.lua, each confirmed by checkpointed.lua:
 'tomb', per tombstone).
@@ -183,6 +184,16 @@ def checkpoint_pages(r, sha, now):
             return answered
 
 
+# Fires acknowledged per swap call (--swap-calls).
+SWAP_CALL = 500
+
+
+def unpacked(reply):
+    """A script's list answer: a Redis array, or packed with cmsgpack (claim.lua before
+    it answered an array)."""
+    return reply if isinstance(reply, list) else msgpack.unpackb(reply, raw=True)
+
+
 def life(c, sha, timers, written=False):
     """Drives `timers` timers through create, promotion, claim and swap: instructions per op.
     `written`: due beyond the deferral window, their states written by the intake (confirmed
@@ -211,10 +222,10 @@ def life(c, sha, timers, written=False):
     fires = []
     while True:
         upto = due0 + timers
-        reply = msgpack.unpackb(r.evalsha(
+        reply = unpacked(r.evalsha(
             sha["claim"], 9, *keys(["epoch", "idx", "inflight", "cron", "dirty", "ckpt", "apps",
                                     "fence", "pk"]),
-            EPOCH, upto, 2000, B + "s:", B, 0, upto, 86_400_000, 0, 64 << 20), raw=True)
+            EPOCH, upto, 2000, B + "s:", B, 0, upto, 86_400_000, 0, 64 << 20))
         # (Before the prefixes were answered, the head had 4 items, then the first member.)
         head = 4 if len(reply) == 4 or b":" in reply[4] else 5
         tail = 2 * int(reply[3]) + (2 * int(reply[4]) if head == 5 else 0)
@@ -226,11 +237,11 @@ def life(c, sha, timers, written=False):
     if len(fires) != timers:
         sys.exit(f"lua-cost: {len(fires)} of {timers} timers claimed")
     grouped = "the number of fires n" in sha["swap_src"]
-    for first in range(0, len(fires), 500):
+    for first in range(0, len(fires), SWAP_CALL):
         args = [EPOCH, B, 86_400_000]
         if grouped:  # (one run: one application, states all written or all not)
-            args += ["default", "1" if written else "", len(fires[first:first + 500])]
-        for member, read in fires[first:first + 500]:
+            args += ["default", "1" if written else "", len(fires[first:first + SWAP_CALL])]
+        for member, read in fires[first:first + SWAP_CALL]:
             v, due, tid = member.split(b":", 2)
             done = msgpack.unpackb(read, raw=True)
             done[1] = 3
@@ -253,7 +264,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("revs", nargs="*", default=["."], help="git revisions or script directories")
     p.add_argument("--timers", type=int, default=4000, help="timers per revision (default 4000)")
+    p.add_argument("--swap-calls", type=int, default=500,
+                   help="fires per swap call (default 500; the call's own cost shows at 1)")
     a = p.parse_args()
+    global SWAP_CALL
+    SWAP_CALL = a.swap_calls
     if not shutil.which("valgrind"):
         sys.exit("lua-cost: needs valgrind (apt-get install valgrind)")
     work = tempfile.mkdtemp(prefix="ktimer-lua-cost-")

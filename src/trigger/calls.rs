@@ -86,7 +86,7 @@ impl Trigger {
 
     /// The acknowledgement of every member delivered so far (taken from `acks`).
     pub(super) fn ack_call(&mut self) -> Call {
-        let members = self.acks.take();
+        let members = self.acks.take(self.clock.now_ms());
         let (store, p, epoch) = (self.store.clone(), self.partition, self.epoch);
         let issued = self.lease.issue();
         Box::pin(async move {
