@@ -29,6 +29,20 @@ async fn page(w: &World, now: i64, timers: usize, flight: usize) -> CheckpointPa
     page
 }
 
+/// The acknowledgements of every fire of `claimed`, delivered at `at` (through `ack.lua`).
+fn delivered(claimed: &ktimer::timer::Claimed, at: i64) -> Vec<Ack> {
+    claimed
+        .fires
+        .iter()
+        .map(|f| Ack::Produced {
+            member: f.member.clone(),
+            fired_ms: at,
+            attempt: 1,
+            dead: None,
+        })
+        .collect()
+}
+
 /// Only the page that completes a checkpoint (none left dirty) lists the fires in flight:
 /// its watermark is the one recorded. Every page stops the watermark below the first
 /// in-flight member beyond the listed ones, read alone.
@@ -88,16 +102,7 @@ async fn a_page_of_fired_timers_answers_tombstones_for_the_written_ones_only() {
     w.apply(cancel, T0 + 200).await;
 
     let claimed = w.claim(T0 + 20_000, T0 + 20_000).await;
-    let acks: Vec<Ack> = claimed
-        .fires
-        .iter()
-        .map(|f| Ack::Produced {
-            member: f.member.clone(),
-            fired_ms: T0 + 20_001,
-            attempt: 1,
-            dead: None,
-        })
-        .collect();
+    let acks = delivered(&claimed, T0 + 20_001);
     assert_eq!(acks.len(), 3, "the three written timers fired");
     w.store.ack(0, w.epoch, &acks).await.expect("ack");
     // `again` is created again after its fire: its new state, not a tombstone.
@@ -184,16 +189,7 @@ async fn a_fired_timer_is_tombstoned_by_its_head_and_a_live_cron_is_not_at_any_w
     }
     assert_eq!(page(&w, T0 + 100, 100, 100).await.timers.len(), 10);
     let claimed = w.claim(T0 + 20_000, T0 + 20_000).await;
-    let acks: Vec<Ack> = claimed
-        .fires
-        .iter()
-        .map(|f| Ack::Produced {
-            member: f.member.clone(),
-            fired_ms: T0 + 20_001,
-            attempt: 1,
-            dead: None,
-        })
-        .collect();
+    let acks = delivered(&claimed, T0 + 20_001);
     let fired: std::collections::BTreeSet<&str> =
         claimed.fires.iter().map(|f| f.timer_id.as_str()).collect();
     assert_eq!(fired.len(), 10, "every timer fired: {fired:?}");
