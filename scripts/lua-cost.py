@@ -10,10 +10,9 @@ their own keys (promote.lua), the claim (claim.lua, calls of up to 2,000 fires) 
 acknowledgement by swaps (swap.lua, calls of 500: --swap-calls). Prints Redis
 instructions per create, per promoted timer, per claimed fire and per swapped fire. A
 second line per revision ('written') drives timers due beyond the deferral window, whose
-states the intake writes
-(the confirmations, written.lua: 'state' per timer) and whose tombstones checkpoint pages
-of 500 answer after the swaps (checkpoint.lua, each confirmed by checkpointed.lua:
-'tomb', per tombstone).
+states the intake writes (the confirmations, written.lua: 'state' per timer) and whose
+tombstones checkpoint pages of 500 answer after the swaps (checkpoint.lua, each confirmed
+by checkpointed.lua: 'tomb', per tombstone).
 
     pip install redis msgpack         # the two Python packages it needs
     scripts/lua-cost.py HEAD~3 HEAD   # revisions (git), or directories holding the .lua
@@ -184,20 +183,17 @@ def checkpoint_pages(r, sha, now):
             return answered
 
 
-# Fires acknowledged per swap call (--swap-calls).
-SWAP_CALL = 500
-
-
 def unpacked(reply):
     """A script's list answer: a Redis array, or packed with cmsgpack (claim.lua before
     it answered an array)."""
     return reply if isinstance(reply, list) else msgpack.unpackb(reply, raw=True)
 
 
-def life(c, sha, timers, written=False):
-    """Drives `timers` timers through create, promotion, claim and swap: instructions per op.
-    `written`: due beyond the deferral window, their states written by the intake (confirmed
-    by written.lua) and their tombstones answered by checkpoint pages after the fire."""
+def life(c, sha, timers, written=False, swap_call=500):
+    """Drives `timers` timers through create, promotion, claim and swap (calls of
+    `swap_call` fires): instructions per op. `written`: due beyond the deferral window,
+    their states written by the intake (confirmed by written.lua) and their tombstones
+    answered by checkpoint pages after the fire."""
     # Due 5 to 9 s after their create: deferred, their states never written (the burst);
     # written: 60 s after.
     r, now = c.r, 1_800_000_000_000
@@ -237,11 +233,11 @@ def life(c, sha, timers, written=False):
     if len(fires) != timers:
         sys.exit(f"lua-cost: {len(fires)} of {timers} timers claimed")
     grouped = "the number of fires n" in sha["swap_src"]
-    for first in range(0, len(fires), SWAP_CALL):
+    for first in range(0, len(fires), swap_call):
         args = [EPOCH, B, 86_400_000]
         if grouped:  # (one run: one application, states all written or all not)
-            args += ["default", "1" if written else "", len(fires[first:first + SWAP_CALL])]
-        for member, read in fires[first:first + SWAP_CALL]:
+            args += ["default", "1" if written else "", len(fires[first:first + swap_call])]
+        for member, read in fires[first:first + swap_call]:
             v, due, tid = member.split(b":", 2)
             done = msgpack.unpackb(read, raw=True)
             done[1] = 3
@@ -267,8 +263,6 @@ def main():
     p.add_argument("--swap-calls", type=int, default=500,
                    help="fires per swap call (default 500; the call's own cost shows at 1)")
     a = p.parse_args()
-    global SWAP_CALL
-    SWAP_CALL = a.swap_calls
     if not shutil.which("valgrind"):
         sys.exit("lua-cost: needs valgrind (apt-get install valgrind)")
     work = tempfile.mkdtemp(prefix="ktimer-lua-cost-")
@@ -286,7 +280,7 @@ def main():
             for via in ["apply", "create"] if "create" in sha else ["apply"]:
                 sha["via"] = via
                 for written in [False, True]:
-                    n = life(c, sha, a.timers, written)
+                    n = life(c, sha, a.timers, written, a.swap_calls)
                     name = f"{rev} ({via}.lua)" if "create" in sha else rev
                     name += ", written" if written else ""
                     print(f"{name:<40}" + "".join(f"{n[k]:>10.0f}" if k in n else f"{'':>10}"

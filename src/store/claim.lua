@@ -13,12 +13,12 @@
 -- Returns an array (not cmsgpack: 2,000 instructions per fire less) {next due ms or '',
 -- vanished, full, n, k, member, definition, record, ..., then n pairs of application
 -- and parked members due left, then k pairs of definition prefix number and prefix},
--- or {'fenced'}; a member is the in-flight member
--- "version:due:id"; `record` is the packed record of a one-shot timer as read from its
--- own key, up to SWAP_MAX bytes ('' for others: src/store/done.rs acknowledges a fire by
--- swapping it for its done form); with a record, `definition` is '': the definition is
--- the record's (src/store/record.rs), its prefix among the k pairs, so Redis
--- neither joins nor sends it a second time; `vanished` counts slice members whose timer
+-- or {'fenced'}; a member is the in-flight member "version:due:id"; `record` is the
+-- packed record of a one-shot timer as read from its own key, up to SWAP_MAX bytes (''
+-- for others: src/store/done.rs acknowledges a fire by swapping it for its done form);
+-- with a record, `definition` is '': the definition is the record's
+-- (src/store/record.rs), its prefix among the k pairs, so Redis neither joins nor sends
+-- it a second time; `vanished` counts slice members whose timer
 -- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
 -- the claim stopped at its limits (more may be due).
 -- Parking (a paced application's backlog stays in Redis, not in the trigger's memory):
