@@ -53,7 +53,7 @@ impl Trigger {
             return;
         }
         let now = self.clock.now_ms();
-        let acks = self.acks_due_at().is_some_and(|t| t <= now);
+        let acks = !self.acks.is_empty();
         if !self.parked.is_empty() {
             let apps = self.cfg.apps.current();
             if paced::refill_due(&apps, self.cfg.partitions, &self.held, &self.parked) {
@@ -76,17 +76,9 @@ impl Trigger {
         }
     }
 
-    /// When the acknowledgements waiting are due ([`super::acks::Acks::due_at`]): at once
-    /// while holding their fires costs something (the budget has no room, or a paced
-    /// application's fires are parked until its held ones go).
-    pub(super) fn acks_due_at(&self) -> Option<i64> {
-        let pressed = !self.held.budget().has_room() || !self.parked.is_empty();
-        self.acks.due_at(pressed)
-    }
-
     /// The acknowledgement of every member delivered so far (taken from `acks`).
     pub(super) fn ack_call(&mut self) -> Call {
-        let members = self.acks.take(self.clock.now_ms());
+        let members = std::mem::take(&mut self.acks);
         let (store, p, epoch) = (self.store.clone(), self.partition, self.epoch);
         let issued = self.lease.issue();
         Box::pin(async move {
@@ -132,13 +124,14 @@ impl Trigger {
         self.wake.took(issued.elapsed().as_millis() as i64);
         match done {
             Done::Acked {
-                members,
+                mut members,
                 issued,
                 result,
             } => {
                 if let Err(e) = result {
                     // Acknowledged again with the next call (an acknowledgement is idempotent).
-                    self.acks.put_back(members);
+                    members.append(&mut self.acks);
+                    self.acks = members;
                     return Err(e);
                 }
                 self.lease.confirm(issued);

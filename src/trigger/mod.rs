@@ -24,11 +24,9 @@
 //! stopped answering: no claims, and the next owner waits for what it holds),
 //! [`budget`] (the bound on held fires), `paced` (the quotas of paced applications),
 //! `ready` (fires waiting for their send time), `delivery` (send, retry or dead letter),
-//! `calls` (claims and acknowledgements beside the sending), `acks` (when
-//! acknowledgements go: batched at a steady rate), `recover` (the take-over of
+//! `calls` (claims and acknowledgements beside the sending), `recover` (the take-over of
 //! the in-flight set), `task` (the loop).
 
-mod acks;
 pub mod budget;
 mod calls;
 mod delivery;

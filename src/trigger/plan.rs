@@ -14,22 +14,20 @@ pub(super) fn next_claim(now_ms: i64, ahead_ms: i64, next_due: Option<i64>, full
     }
 }
 
-/// When the trigger must look again: the planned claim, the next send, the
-/// acknowledgements' time (`acks_at`, [`super::acks::Acks::due_at`]; now at the earliest),
-/// or `max_idle_ms` from now, whichever comes first.
+/// When the trigger must look again: the planned claim, the next send, or `max_idle_ms`
+/// from now, whichever comes first; now if acknowledgements are waiting.
 pub(super) fn wake_at(
     now_ms: i64,
     claim_at: i64,
     send_at: Option<i64>,
     max_idle_ms: i64,
-    acks_at: Option<i64>,
+    acks_waiting: bool,
 ) -> i64 {
+    if acks_waiting {
+        return now_ms;
+    }
     let idle = now_ms.saturating_add(max_idle_ms);
-    let acks = acks_at.map_or(i64::MAX, |t| t.max(now_ms));
-    claim_at
-        .min(send_at.unwrap_or(i64::MAX))
-        .min(idle)
-        .min(acks)
+    claim_at.min(send_at.unwrap_or(i64::MAX)).min(idle)
 }
 
 #[cfg(test)]
@@ -58,22 +56,17 @@ mod tests {
 
     #[test]
     fn the_trigger_looks_again_at_the_first_thing_due() {
-        assert_eq!(wake_at(1_000, 1_500, Some(1_200), 5_000, None), 1_200);
-        assert_eq!(wake_at(1_000, 1_100, Some(1_200), 5_000, None), 1_100);
+        assert_eq!(wake_at(1_000, 1_500, Some(1_200), 5_000, false), 1_200);
+        assert_eq!(wake_at(1_000, 1_100, Some(1_200), 5_000, false), 1_100);
         assert_eq!(
-            wake_at(1_000, i64::MAX, None, 5_000, None),
+            wake_at(1_000, i64::MAX, None, 5_000, false),
             6_000,
             "idle safety net"
         );
         assert_eq!(
-            wake_at(1_000, i64::MAX, None, 5_000, Some(i64::MIN)),
+            wake_at(1_000, i64::MAX, None, 5_000, true),
             1_000,
-            "acks due at once"
-        );
-        assert_eq!(
-            wake_at(1_000, 1_500, Some(1_200), 5_000, Some(1_020)),
-            1_020,
-            "acks lingering"
+            "acks first"
         );
     }
 }

@@ -1,6 +1,5 @@
 //! The trigger task: recover, then claim, send and acknowledge until stopped.
 
-use super::acks::Acks;
 use super::budget::Held;
 use super::calls::{finished, Call, Done};
 use super::fence::{self, Fence};
@@ -14,7 +13,7 @@ use crate::pace::Pacer;
 use crate::retry::Retry;
 use crate::shutdown::{within_deadline, CancellationToken, CALL_GRACE};
 use crate::sink::{Sink, SinkError};
-use crate::store::{Store, StoreError};
+use crate::store::{Ack, Store, StoreError};
 use crate::timer::Fire;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -76,7 +75,7 @@ pub(super) struct Trigger {
     pub ready: Ready,
     pub sending: FuturesUnordered<Sending>,
     /// Members delivered and not yet acknowledged in Redis.
-    pub acks: Acks,
+    pub acks: Vec<Ack>,
     pub m: Handles,
     pub lease: Lease,
     /// Whether the producer answers its fires (no claims, and a drain mark, while not).
@@ -143,7 +142,7 @@ impl Trigger {
             retry,
             ready: Ready::default(),
             sending: FuturesUnordered::new(),
-            acks: Acks::default(),
+            acks: Vec::new(),
             undeliverable: 0,
             recovered: false,
             held: Held::new(budget),
@@ -288,7 +287,7 @@ impl Trigger {
                 },
                 self.ready.next_at(),
                 self.cfg.max_idle_ms,
-                if idle { self.acks_due_at() } else { None },
+                idle && !self.acks.is_empty(),
             )
         };
         let clock = self.clock.clone();
