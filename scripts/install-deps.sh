@@ -25,6 +25,12 @@ else
   say "redis-server installed"
 fi
 # Debian starts a system Redis on 6379 after installing; ktimer's scripts use their own ports.
+redis_major=$(redis-server --version | sed -E 's/.*v=([0-9]+)\..*/\1/')
+if [ "${redis_major:-0}" -lt 7 ]; then
+  say "redis-server $(redis-server --version | cut -d' ' -f3) is too old: ktimer needs Redis 7.0"
+  say "or later (its scripts are a Redis Functions library); install a newer redis-server"
+  exit 1
+fi
 
 if [ "${1:-}" = "--for-tests" ]; then
   if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then

@@ -62,6 +62,30 @@ def scripts(rev):
     return out
 
 
+def handles(r, rev, tag):
+    """Per script, how to call it as the revision does: ('FCALL', its function) when the
+    revision's scripts are a Redis Functions library (the library built and loaded here as
+    src/store/scripts.rs builds it: the helpers, then a function per script that begins
+    with rec_fresh()), else ('EVALSHA', its SHA1)."""
+    code = scripts(rev)
+    rs = (open(os.path.join(ROOT, "src/store/scripts.rs")).read() if rev == "." or os.path.isdir(rev)
+          else subprocess.run(["git", "-C", ROOT, "show", f"{rev}:src/store/scripts.rs"],
+                              check=True, capture_output=True, text=True).stdout)
+    if "rec_register(" not in rs:
+        return {k: ("EVALSHA", r.script_load(v)) for k, v in code.items()}
+    lib = f"#!lua name=lc_{tag}\n" + "".join(source(rev, h) for h in PRELUDE + ["writing.lua"])
+    for name in code:
+        lib += (f"rec_register('lc_{name}_{tag}', function(KEYS, ARGV)\nrec_fresh()\n"
+                f"{source(rev, name + '.lua')}\nend)\n")
+    r.execute_command("FUNCTION", "LOAD", "REPLACE", lib)
+    return {k: ("FCALL", f"lc_{k}_{tag}") for k in code}
+
+
+def call(r, handle, *args):
+    """Calls a script by its handle (handles())."""
+    return r.execute_command(*handle, *args)
+
+
 def fresh(offset, due, now, written):
     """The head and tail ktimer packs around a new one-shot timer's definition (fresh.rs);
     `written`: its state is written by the intake (field p)."""
@@ -132,12 +156,12 @@ def create_calls(r, sha, timers, now, due0, written):
                 groups += [off, "create", tid, tid, "o", due, DEF, "", "", "", "", "", "0",
                            "default", "", "", head, tail, "0"]
         if sha["via"] == "create":
-            r.evalsha(sha["create"], 7, *keys(["epoch", "offset", "idx", "dirty", "deferred:off",
+            call(r, sha["create"], 7, *keys(["epoch", "offset", "idx", "dirty", "deferred:off",
                                                "apps", "writing"]),
                       EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, "1",
                       *create_groups(r, sha, groups))
         else:
-            r.evalsha(sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron",
+            call(r, sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron",
                                                "dirty", "deferred:off", "apps", "writing", "pk"]),
                       EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, 20, 604_800_000, "1",
                       *groups)
@@ -150,7 +174,7 @@ def create_groups(r, sha, groups):
     5 per timer (offset, id, due, record, application)."""
     if not sha["whole"]:
         return groups
-    n = r.evalsha(sha["create"], 7, *keys(["epoch", "offset", "idx", "dirty", "deferred:off",
+    n = call(r, sha["create"], 7, *keys(["epoch", "offset", "idx", "dirty", "deferred:off",
                                            "apps", "writing"]),
                   EPOCH, 86_400_000, B + "s:", -1, 0, 10_000, B, "1", 1, "", PREFIX)[1][0]
     rest = DEF[len(PREFIX):]
@@ -167,7 +191,7 @@ def checkpoint_pages(r, sha, now):
     answers the timers the pages answered."""
     answered = 0
     while True:
-        reply = r.evalsha(sha["checkpoint"], 12, *keys(
+        reply = call(r, sha["checkpoint"], 12, *keys(
             ["epoch", "dirty", "pending", "idx", "inflight", "offset", "deferred:off", "acks",
              "ckpt", "writing", "blocked", "pk"]), EPOCH, B, B + "s:", now, 500, 1000, 10_000,
             5_000, 0)
@@ -178,7 +202,7 @@ def checkpoint_pages(r, sha, now):
             n = int(rest[i + 1])
             i += 2 + 2 * max(n, 0)
             answered += 1
-        r.evalsha(sha["checkpointed"], 3, *keys(["epoch", "pending", "ckpt"]), EPOCH, "", 0)
+        call(r, sha["checkpointed"], 3, *keys(["epoch", "pending", "ckpt"]), EPOCH, "", 0)
         if int(reply[0]) == 0:
             return answered
 
@@ -206,20 +230,20 @@ def life(c, sha, timers, written=False, swap_call=500):
     if written:
         # The intake wrote their states: confirmed per create call (written.lua).
         for entry in r.hkeys(B + "writing"):
-            r.evalsha(sha["written"], 4, *keys(["epoch", "writing", "dirty", "blocked"]), EPOCH,
+            call(r, sha["written"], 4, *keys(["epoch", "writing", "dirty", "blocked"]), EPOCH,
                       "delivered", entry)
         out["state"] = c.mark()
         if r.zcard(B + "dirty") != 0 or checkpoint_pages(r, sha, now) != 0:
             sys.exit("lua-cost: a state owed after the intake wrote them")
-    while r.evalsha(sha["promote"], 3, *keys(["epoch", "idx", "rb"]), EPOCH, B, B + "s:",
+    while call(r, sha["promote"], 3, *keys(["epoch", "idx", "rb"]), EPOCH, B, B + "s:",
                     due0 + timers, 1000) == 1:
         pass
     out["promote"] = c.mark()
     fires = []
     while True:
         upto = due0 + timers
-        reply = unpacked(r.evalsha(
-            sha["claim"], 9, *keys(["epoch", "idx", "inflight", "cron", "dirty", "ckpt", "apps",
+        reply = unpacked(call(
+            r, sha["claim"], 9, *keys(["epoch", "idx", "inflight", "cron", "dirty", "ckpt", "apps",
                                     "fence", "pk"]),
             EPOCH, upto, 2000, B + "s:", B, 0, upto, 86_400_000, 0, 64 << 20))
         # (Before the prefixes were answered, the head had 4 items, then the first member.)
@@ -244,7 +268,7 @@ def life(c, sha, timers, written=False, swap_call=500):
             done += [False] * (9 - len(done)) + [msgpack.packb([2, int(due) + 5, int(due), 1, 3])]
             done = msgpack.packb(done, use_bin_type=False)
             args += [member, tid, read, done] + ([] if grouped else ["default", ""])
-        r.evalsha(sha["swap"], 6, *keys(["epoch", "inflight", "dirty", "deferred:off", "acks",
+        call(r, sha["swap"], 6, *keys(["epoch", "inflight", "dirty", "deferred:off", "acks",
                                          "apps"]), *args)
     out["swap"] = c.mark()
     if r.zcard(B + "inflight") != 0:
@@ -271,8 +295,8 @@ def main():
         print(f"Redis instructions per operation, {a.timers} one-shot timers (callgrind):")
         cols = ["create", "promote", "claim", "swap", "state", "tomb"]
         print(f"{'revision':<40}" + "".join(f"{k:>10}" for k in cols))
-        for rev in a.revs:
-            sha = {k: c.r.script_load(v) for k, v in scripts(rev).items()}
+        for i, rev in enumerate(a.revs):
+            sha = handles(c.r, rev, i)
             sha["compact"] = "the number of cron values that follow" in source(rev, "apply.lua")
             sha["swap_src"] = source(rev, "swap.lua")
             sha["whole"] = "the number k of definition prefixes" in (

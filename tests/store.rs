@@ -180,6 +180,34 @@ async fn the_same_record_applied_again_answers_accepted() {
     assert_eq!(w.claim(T0 + 60_000, T0 + 60_000).await.fires.len(), 1);
 }
 
+/// Redis that lost the scripts' library (restarted without its data, or a node added
+/// later; here `FUNCTION FLUSH`) gets it loaded again by the next call, which goes on:
+/// the timer applied before the loss fires once.
+#[tokio::test]
+async fn a_redis_that_lost_the_library_gets_it_again_and_the_call_goes_on() {
+    let mut w = World::new("relib").await;
+    let a = w.apply(once("t", T0 + 1_000), T0).await;
+    assert_eq!(a.outcome, ApplyOutcome::Accepted);
+    let mut con = w.redis().await;
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let claimed = w.claim(T0 + 1_000, T0 + 1_000).await;
+    assert_eq!(claimed.fires.len(), 1);
+    assert_eq!(claimed.fires[0].timer_id, "t");
+    let libs: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg("ktimer_*")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(!libs.is_empty(), "the library is loaded again");
+    assert!(w.claim(T0 + 2_000, T0 + 2_000).await.fires.is_empty());
+}
+
 /// Fires due and not claimed are overdue: how many, and the oldest.
 #[tokio::test]
 async fn overdue_counts_due_fires_not_claimed() {

@@ -1,6 +1,6 @@
 //! Redis's time per script family over a phase, from Redis's own accounting: the slow
 //! log records the execution time and arguments of every call that took at least
-//! [`THRESHOLD_US`] (an EVALSHA names its script's SHA1). A lower threshold would log
+//! [`THRESHOLD_US`] (an FCALL names its script's function). A lower threshold would log
 //! the calls scripts make too (hundreds per script call), which costs Redis time of
 //! its own and floods the log; those are left out (their time is their script's), and
 //! so are shorter calls (a small share: the report's "executed in all" against Redis's
@@ -244,16 +244,20 @@ fn parse_entry(e: Value) -> Option<(i64, u64, Vec<Value>)> {
     Some((id, us, args))
 }
 
-/// The family of a logged command: its script's name for an EVALSHA, else the command
+/// The family of a logged command: its script's name for an FCALL, else the command
 /// (lower case); none for the bench's own commands.
 fn family(args: &[Value], names: &HashMap<String, &'static str>) -> Option<String> {
     let arg = |i: usize| -> Option<String> { redis::from_redis_value(args.get(i)?.clone()).ok() };
     let cmd = arg(0)?.to_ascii_lowercase();
     match cmd.as_str() {
         "slowlog" | "info" | "config" => None,
-        "evalsha" | "evalsha_ro" => {
-            let sha = arg(1)?.to_ascii_lowercase();
-            Some(names.get(&sha).map_or("script ?".into(), |n| n.to_string()))
+        "fcall" | "fcall_ro" => {
+            let function = arg(1)?;
+            Some(
+                names
+                    .get(&function)
+                    .map_or("script ?".into(), |n| n.to_string()),
+            )
         }
         _ => Some(cmd),
     }
@@ -312,10 +316,10 @@ mod tests {
 
     #[test]
     fn entries_are_counted_once_per_family_and_gaps_are_missed() {
-        let names = HashMap::from([("abc".to_string(), "apply")]);
+        let names = HashMap::from([("ktimer_apply_abc".to_string(), "apply")]);
         let mut t = Tally::default();
         let first = Value::Array(vec![
-            entry(11, 30, &["EVALSHA", "ABC", "1"]),
+            entry(11, 30, &["FCALL", "ktimer_apply_abc", "1"]),
             entry(10, 10, &["GET", "k"]),
         ]);
         assert_eq!(oldest_id(&first), (2, Some(10)));

@@ -65,12 +65,12 @@ pub fn judge(node: &str, info: &str, appendfsync: Option<&str>) -> Vec<Finding> 
     let what = format!("redis {node}");
     let version = field("redis_version");
     let numbers: Vec<u32> = version.split('.').filter_map(|x| x.parse().ok()).collect();
-    let old = numbers.as_slice() < [6, 2].as_slice();
+    let old = numbers.as_slice() < [7, 0].as_slice();
     let mut out = vec![match old {
         true => Finding::new(
             Level::Fail,
             what.clone(),
-            format!("version {version:?}: ktimer needs Redis 6.2 or later"),
+            format!("version {version:?}: ktimer needs Redis 7.0 or later (its scripts are a Functions library)"),
         ),
         false => Finding::new(Level::Ok, what.clone(), format!("version {version}")),
     }];
@@ -135,10 +135,10 @@ mod tests {
         assert_eq!(levels(good), [Level::Ok, Level::Ok, Level::Ok]);
         let evicting = judge("n", &info("7.0.15", "allkeys-lru", "1"), Some("everysec"));
         assert_eq!(levels(evicting)[1], Level::Fail);
-        let old = judge("n", &info("6.0.9", "noeviction", "1"), Some("everysec"));
+        let old = judge("n", &info("6.2.14", "noeviction", "1"), Some("everysec"));
         assert_eq!(levels(old)[0], Level::Fail);
         assert_eq!(
-            levels(judge("n", &info("6.2.0", "noeviction", "0"), None)),
+            levels(judge("n", &info("7.0.0", "noeviction", "0"), None)),
             [Level::Ok, Level::Ok, Level::Warn]
         );
         let lax = judge("n", &info("7.2.4", "noeviction", "1"), Some("no"));

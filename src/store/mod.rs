@@ -35,8 +35,8 @@
 //! recover), [`ack`] (acknowledge: a record swap built in [`done`], else `ack.lua`), [`cron`] (the migrator's window), [`epoch`] (ownership),
 //! [`state`] (checkpoints and restoring from the state topic), [`view`] (the admin
 //! port's typed look-up, with [`history`]) and [`list`] (its listing and counts). The
-//! scripts are in `src/store/*.lua`, loaded into Redis once at start (and again only if
-//! Redis lost them).
+//! scripts are in `src/store/*.lua`, one Redis Functions library ([`scripts`]) loaded
+//! into Redis once at start (and again only if Redis lost it).
 
 mod ack;
 mod apply;
@@ -90,6 +90,9 @@ pub enum StoreError {
     /// A script returned something this code does not understand. Not retryable.
     #[error("unexpected reply from Redis: {0}")]
     Reply(String),
+    /// Redis has no Functions (older than 7.0). Not retryable.
+    #[error("Redis 7.0 or later is required (its Functions hold ktimer's scripts): {0}")]
+    Unsupported(String),
 }
 
 impl Retryable for StoreError {
@@ -226,14 +229,16 @@ impl Store {
         })
     }
 
-    /// Loads every script into every primary.
+    /// Loads the scripts' library into every primary (Redis 7.0 or later: Functions).
     async fn load_scripts(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        for s in self.scripts.all() {
-            conn.on_primaries(redis::cmd("SCRIPT").arg("LOAD").arg(&s.code))
-                .await?;
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(&self.scripts.library);
+        match self.conn.clone().on_primaries(&load).await {
+            Err(e) if e.to_string().contains("unknown command") => {
+                Err(StoreError::Unsupported(e.to_string()))
+            }
+            other => Ok(other.map(drop)?),
         }
-        Ok(())
     }
 
     /// Whether the store is a Redis Cluster.
@@ -258,8 +263,8 @@ impl Store {
         self
     }
 
-    /// Runs a pipeline of script calls of operation `op`, timed; reloads the scripts once
-    /// if Redis lost them.
+    /// Runs a pipeline of script calls of operation `op`, timed; loads the library again
+    /// (once) if Redis does not have it.
     async fn run<T: redis::FromRedisValue>(
         &self,
         op: &'static str,
@@ -270,7 +275,7 @@ impl Store {
             .as_ref()
             .map(|h| h.with_label_values(&[op]).start_timer());
         match p.query_async(&mut self.conn.clone()).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            Err(e) if scripts::is_missing_function(&e) => {
                 self.load_scripts().await?;
                 Ok(p.query_async(&mut self.conn.clone()).await?)
             }

@@ -18,19 +18,42 @@
 -- returns.
 -- (`h`: the history; `lx`: the last fire, a history entry.)
 -- (`fo`: the offset of the last FIRE_NOW applied.)
+-- The standard globals the scripts use, as locals of the whole library: a function's
+-- global is looked up in its library's table and then, through a metatable, in Redis's
+-- (about 1,000 instructions per claimed fire). A library's top level runs before they
+-- exist (only `redis` is there, and not the one calls see), so rec_fresh sets them at the
+-- first call from rec_globals, which is compiled before the locals shadow the globals.
+local function rec_globals()
+  return redis, tonumber, tostring, string, math, table, unpack, cmsgpack, cjson, ipairs,
+    pairs, next, type, assert, error
+end
+-- What registers the library's functions (src/store/scripts.rs; nil in a plain script).
+local rec_register = redis.register_function
+local redis, tonumber, tostring, string, math, table, unpack, cmsgpack, cjson, ipairs,
+  pairs, next, type, assert, error
 local REC_FIELDS = {'v', 'st', 'rq', 'k', 'due', 'a', 'd', 'p', 'h', 'lx', 'sc', 'mp', 'mx', 'n',
   'hz', 'lst', 'fin', 'lf', 'lfd', 'last', 'dl', 'dlr', 'dlx', 'fo'}
 local REC_STATES = {'scheduled', 'paused', 'fired', 'cancelled', 'completed', 'dead_lettered'}
 local REC_STATE_CODE = {}
-for i, s in ipairs(REC_STATES) do
-  REC_STATE_CODE[s] = i
+-- (A numeric loop: a library's top level runs before `ipairs` is there, Redis 7.0.)
+for i = 1, #REC_STATES do
+  REC_STATE_CODE[REC_STATES[i]] = i
 end
 local REC_LIVE = {scheduled = true, paused = true}
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
 -- hist: the history's bound (rec_history; nil: no history written). last_prefix: the
 -- definition prefix rec_def_split found last. slice: rec_slice_add's minutes (place.lua).
-local REC = {base = nil, retention = nil, meta = nil, apps = nil, moved = {},
-  minutes = {}, tally = {}, hist = nil, dp_ids = {}, dp_by = {}, slice = {indexed = {}}}
+-- The helpers are defined once per library (src/store/scripts.rs), so REC would outlive
+-- a call: every function begins with rec_fresh(), which makes it new.
+local REC
+local function rec_fresh()
+  if not redis then
+    redis, tonumber, tostring, string, math, table, unpack, cmsgpack, cjson, ipairs,
+      pairs, next, type, assert, error = rec_globals()
+  end
+  REC = {base = nil, retention = nil, meta = nil, apps = nil, moved = {},
+    minutes = {}, tally = {}, hist = nil, dp_ids = {}, dp_by = {}, slice = {indexed = {}}}
+end
 
 -- Sets the partition (`base`, its key prefix), the retention of done timers (ms) and
 -- the key of the live count per application (nil when the script moves none).

@@ -1,56 +1,112 @@
-//! The Lua scripts (`src/store/*.lua`), each with the prelude it needs, loaded into Redis
-//! once at start (and again only if Redis lost them).
+//! The Lua scripts (`src/store/*.lua`) as one Redis Functions library, loaded into every
+//! primary once at start (and again into a node that lost it).
+//!
+//! The helpers every script shares (`record.lua`, `place.lua`, `misfire.lua`,
+//! `writing.lua`) are defined once, when Redis loads the library; each script is a
+//! function of it, called with `FCALL`. (As `EVALSHA` scripts, each call ran the helpers'
+//! definitions again: about 70,000 Redis instructions per call, more than a call's fires
+//! cost at a steady rate.)
+//!
+//! Invariants:
+//! - A function's name ends with the library's tag, a digest of the whole library, so a
+//!   Redis that kept an older library (data from an older snapshot, an instance of another
+//!   version sharing it) never runs another version's code under this version's name: a
+//!   name it does not know answers "Function not found", and the library is loaded again.
+//! - The helpers' state lives in one table (`REC`, record.lua) that outlives a call in a
+//!   library; every function begins with `rec_fresh()`, which makes it new (a call that
+//!   failed half-way leaves nothing to the next).
 
-use redis::{Cmd, Pipeline, Script, ToRedisArgs};
+use redis::{Cmd, Pipeline, ToRedisArgs};
 
-/// Timer records (`record.lua`: their packing, history and tallies; `place.lua`: where a
-/// timer lives: the bucket or a key of its own) and timer helpers (`misfire.lua`: misfire planning,
-/// completion), prepended to every script that reads or writes timers.
-const PRELUDE: [&str; 3] = [
+/// The helpers, defined once at the top of the library: timer records (`record.lua`: their
+/// packing, history and tallies), where a timer lives (`place.lua`: the bucket or a key
+/// of its own), misfire planning and completion (`misfire.lua`), and the codec of the
+/// `writing` hash (`writing.lua`: the states the intake writes).
+const HELPERS: [&str; 4] = [
     include_str!("record.lua"),
     include_str!("place.lua"),
     include_str!("misfire.lua"),
+    include_str!("writing.lua"),
 ];
 
-/// The codec of the `writing` hash (the states the intake writes), prepended to the
-/// scripts that read or write it.
-const WRITING: &str = include_str!("writing.lua");
+/// Each script's name (its file) and body; `KEYS` and `ARGV` are its function's
+/// arguments.
+const BODIES: [(&str, &str); 17] = [
+    ("apply", include_str!("apply.lua")),
+    ("create", include_str!("create.lua")),
+    ("mark", include_str!("mark.lua")),
+    ("claim", include_str!("claim.lua")),
+    ("ack", include_str!("ack.lua")),
+    ("swap", include_str!("swap.lua")),
+    ("recover", include_str!("recover.lua")),
+    ("cron_due", include_str!("cron_due.lua")),
+    ("materialize", include_str!("materialize.lua")),
+    ("acquire", include_str!("acquire.lua")),
+    ("checkpoint", include_str!("checkpoint.lua")),
+    ("checkpointed", include_str!("checkpointed.lua")),
+    ("written", include_str!("written.lua")),
+    ("restore", include_str!("restore.lua")),
+    ("read", include_str!("read.lua")),
+    ("promote", include_str!("promote.lua")),
+    ("list", include_str!("list.lua")),
+];
 
-/// `code` with the prelude before it.
-fn with_prelude(code: &str) -> String {
-    [PRELUDE[0], PRELUDE[1], PRELUDE[2], code].concat()
+/// The library's functions, registered after the helpers, each named `NAME_TAG`.
+fn functions(tag: &str) -> String {
+    let mut out = String::new();
+    for (name, body) in BODIES {
+        out.push_str(&format!(
+            "rec_register('{}', function(KEYS, ARGV)\nrec_fresh()\n{body}\nend)\n",
+            function_name(name, tag)
+        ));
+    }
+    out
 }
 
-/// A script with its source (to load it into every primary of a cluster).
+/// The name of script `name`'s function in the library tagged `tag`.
+fn function_name(name: &str, tag: &str) -> String {
+    format!("ktimer_{name}_{tag}")
+}
+
+/// The library's source (`#!lua name=ktimer_TAG`, the helpers, the functions) and its
+/// tag: the first 12 hex digits of the SHA-1 of the helpers and bodies.
+fn library() -> (String, String) {
+    let mut all = HELPERS.concat();
+    for (name, body) in BODIES {
+        all.push_str(name);
+        all.push_str(body);
+    }
+    let tag = redis::Script::new(&all).get_hash()[..12].to_string();
+    let code = format!(
+        "#!lua name=ktimer_{tag}\n{}{}",
+        HELPERS.concat(),
+        functions(&tag)
+    );
+    (tag, code)
+}
+
+/// One script: the name of its function.
 pub(super) struct Lua {
-    script: Script,
-    pub(super) code: String,
+    name: String,
 }
 
 impl Lua {
-    fn new(code: &str) -> Lua {
-        Lua {
-            script: Script::new(code),
-            code: code.to_string(),
-        }
-    }
-
     /// A call of this script, to fill with its keys and then its arguments.
     pub(super) fn call(&self) -> Call<'_> {
         Call {
-            sha: self.script.get_hash(),
+            name: &self.name,
             keys: Vec::with_capacity(16),
             cmd: None,
         }
     }
 }
 
-/// One call of a script, written straight into its `EVALSHA` command: the keys (every
-/// one before the first argument), then the arguments, each written once into the
-/// command's buffer (no vector per argument, no second copy: a chunk of commands has
-/// about 20 arguments per command).
+/// One call of a script, written straight into its `FCALL` command: the keys (every one
+/// before the first argument), then the arguments, each written once into the command's
+/// buffer (no vector per argument, no second copy: a chunk of commands has about 20
+/// arguments per command).
 pub(super) struct Call<'a> {
-    sha: &'a str,
+    name: &'a str,
     keys: Vec<Vec<u8>>,
     /// The command, begun at the first argument (its key count is known then).
     cmd: Option<Cmd>,
@@ -74,10 +130,10 @@ impl Call<'_> {
     }
 
     fn command(&mut self) -> &mut Cmd {
-        let Call { sha, keys, cmd } = self;
+        let Call { name, keys, cmd } = self;
         cmd.get_or_insert_with(|| {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(*sha).arg(keys.len()).arg(&keys[..]);
+            let mut c = redis::cmd("FCALL");
+            c.arg(*name).arg(keys.len()).arg(&keys[..]);
             c
         })
     }
@@ -89,15 +145,10 @@ impl Call<'_> {
     }
 }
 
-impl std::ops::Deref for Lua {
-    type Target = Script;
-    fn deref(&self) -> &Script {
-        &self.script
-    }
-}
-
-/// The Lua scripts, loaded once.
+/// The library and its scripts.
 pub(super) struct Scripts {
+    /// The library's source, for `FUNCTION LOAD`.
+    pub(super) library: String,
     pub(super) apply: Lua,
     pub(super) create: Lua,
     pub(super) mark: Lua,
@@ -119,33 +170,34 @@ pub(super) struct Scripts {
 
 impl Scripts {
     pub(super) fn new() -> Scripts {
+        let (tag, library) = library();
+        let f = |name: &str| Lua {
+            name: function_name(name, &tag),
+        };
         Scripts {
-            apply: Lua::new(&with_prelude(
-                &[WRITING, include_str!("apply.lua")].concat(),
-            )),
-            create: Lua::new(&with_prelude(include_str!("create.lua"))),
-            mark: Lua::new(include_str!("mark.lua")),
-            claim: Lua::new(&with_prelude(include_str!("claim.lua"))),
-            ack: Lua::new(&with_prelude(include_str!("ack.lua"))),
-            swap: Lua::new(&with_prelude(include_str!("swap.lua"))),
-            recover: Lua::new(&with_prelude(include_str!("recover.lua"))),
-            cron_due: Lua::new(&with_prelude(include_str!("cron_due.lua"))),
-            materialize: Lua::new(&with_prelude(include_str!("materialize.lua"))),
-            acquire: Lua::new(&[WRITING, include_str!("acquire.lua")].concat()),
-            checkpoint: Lua::new(&with_prelude(
-                &[WRITING, include_str!("checkpoint.lua")].concat(),
-            )),
-            checkpointed: Lua::new(include_str!("checkpointed.lua")),
-            written: Lua::new(&[WRITING, include_str!("written.lua")].concat()),
-            restore: Lua::new(&with_prelude(include_str!("restore.lua"))),
-            read: Lua::new(&with_prelude(include_str!("read.lua"))),
-            promote: Lua::new(&with_prelude(include_str!("promote.lua"))),
-            list: Lua::new(&with_prelude(include_str!("list.lua"))),
+            apply: f("apply"),
+            create: f("create"),
+            mark: f("mark"),
+            claim: f("claim"),
+            ack: f("ack"),
+            swap: f("swap"),
+            recover: f("recover"),
+            cron_due: f("cron_due"),
+            materialize: f("materialize"),
+            acquire: f("acquire"),
+            checkpoint: f("checkpoint"),
+            checkpointed: f("checkpointed"),
+            written: f("written"),
+            restore: f("restore"),
+            read: f("read"),
+            promote: f("promote"),
+            list: f("list"),
+            library,
         }
     }
 
     /// Every script with its name (the file it comes from).
-    pub(super) fn named(&self) -> [(&'static str, &Lua); 17] {
+    fn named(&self) -> [(&'static str, &Lua); 17] {
         [
             ("apply", &self.apply),
             ("create", &self.create),
@@ -166,19 +218,47 @@ impl Scripts {
             ("list", &self.list),
         ]
     }
-
-    pub(super) fn all(&self) -> impl Iterator<Item = &Lua> {
-        self.named().into_iter().map(|(_, l)| l)
-    }
 }
 
-/// Every script's SHA1 (what EVALSHA names) and its name, for tools that attribute
-/// Redis's time to scripts (the bench).
+/// Whether `e` says a function is not loaded (a Redis restarted without its data, a node
+/// added or a replica promoted before the library reached it, an older library).
+/// (A pipeline's error carries no detail of its own: its text is read.)
+pub(super) fn is_missing_function(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+        && e.to_string().contains("Function not found")
+}
+
+/// Every script's function name and its script's name, for tools that attribute Redis's
+/// time to scripts (the bench).
 pub fn script_names() -> Vec<(String, &'static str)> {
     let scripts = Scripts::new();
     scripts
         .named()
         .iter()
-        .map(|(name, l)| (l.get_hash().to_string(), *name))
+        .map(|(name, l)| (l.name.clone(), *name))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_is_a_function_of_the_library_named_with_its_tag() {
+        let s = Scripts::new();
+        let tag = s.library[..40]
+            .split('_')
+            .nth(1)
+            .unwrap()
+            .split('\n')
+            .next();
+        let tag = tag.unwrap().to_string();
+        assert_eq!(tag.len(), 12);
+        for ((name, lua), (body_name, _)) in s.named().iter().zip(BODIES) {
+            assert_eq!(*name, body_name);
+            assert_eq!(lua.name, format!("ktimer_{name}_{tag}"));
+            let registered = format!("rec_register('{}', ", lua.name);
+            assert_eq!(s.library.matches(&registered).count(), 1, "{name}");
+        }
+    }
 }

@@ -118,7 +118,7 @@ pub fn records_lua(w: &World, id: &str, body: &str) -> redis::Value {
     let code = [
         include_str!("../../src/store/record.lua"),
         include_str!("../../src/store/place.lua"),
-        "rec_init(KEYS[1], '60000', nil)\n",
+        "rec_fresh() rec_init(KEYS[1], '60000', nil)\n",
         body,
     ]
     .concat();
