@@ -12,7 +12,8 @@ instructions per create, per promoted timer, per claimed fire and per swapped fi
 second line per revision ('written') drives timers due beyond the deferral window, whose
 states the intake writes (the confirmations, written.lua: 'state' per timer) and whose
 tombstones checkpoint pages of 500 answer after the swaps (checkpoint.lua, each confirmed
-by checkpointed.lua: 'tomb', per tombstone).
+by checkpointed.lua: 'tomb', per tombstone). Each revision's scripts are called as that
+revision calls them: functions of one Redis Functions library (FCALL) or scripts (EVALSHA).
 
     pip install redis msgpack         # the two Python packages it needs
     scripts/lua-cost.py HEAD~3 HEAD   # revisions (git), or directories holding the .lua
