@@ -69,14 +69,11 @@ fn function_name(name: &str, tag: &str) -> String {
 }
 
 /// The library's source (`#!lua name=ktimer_TAG`, the helpers, the functions) and its
-/// tag: the first 12 hex digits of the SHA-1 of the helpers and bodies.
+/// tag: the first 12 hex digits of the SHA-1 of the library written with an empty tag
+/// (so the tag moves with any helper, any body and the way they are put together).
 fn library() -> (String, String) {
-    let mut all = HELPERS.concat();
-    for (name, body) in BODIES {
-        all.push_str(name);
-        all.push_str(body);
-    }
-    let tag = redis::Script::new(&all).get_hash()[..12].to_string();
+    let untagged = [HELPERS.concat(), functions("")].concat();
+    let tag = redis::Script::new(&untagged).get_hash()[..12].to_string();
     let code = format!(
         "#!lua name=ktimer_{tag}\n{}{}",
         HELPERS.concat(),
