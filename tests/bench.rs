@@ -92,6 +92,10 @@ async fn a_short_spread_run_with_started_instances_and_a_takeover_counts_every_t
     );
     assert_eq!(n(&r, "/baseline/records"), 3000.0);
     assert!(n(&r, "/baseline/rate_per_s") > 0.0);
+    // The producer floor: as many fired-shaped records at the spread's pace (2,000/s).
+    assert_eq!(n(&r, "/floor/records"), 3000.0, "{r}");
+    assert_eq!(n(&r, "/floor/rate_per_s"), 2000.0, "{r}");
+    assert!(n(&r, "/floor/cpu_us_per_record") > 0.0, "{r}");
     // The instances ran as processes of their own: their CPU and memory are theirs.
     assert!(n(&r, "/pending/ktimer_cpu/us_per_item") > 0.0, "{r}");
     assert!(n(&r, "/fire/ktimer_cpu/us_per_item") > 0.0, "{r}");

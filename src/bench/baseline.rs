@@ -1,21 +1,126 @@
 //! The bench's pass-through baselines: the same broker, a plain consume-then-produce pipe
 //! ([`super::pipe`]), no Redis. One pipes records shaped like fired records (the fire
 //! rate's physical limit), the other the very command records the pending phase sends
-//! (the intake's).
+//! (the intake's). Beside them the producer floor: the same fired-shaped records only
+//! produced, at the fire phase's pace, with ktimer's producer settings, and the CPU this
+//! process spent on it: the least a fire can cost ktimer on this machine at that rate.
 
 use super::load::{self, Plan};
 use super::observe::{Count, Progress, Tap};
 use super::pipe;
-use super::report::per_second;
+use super::report::{per_second, BaselineReport};
 use super::setup::Env;
 use crate::codec::Codec;
-use crate::config::BenchArgs;
-use crate::now_ms;
+use crate::config::{BenchArgs, BenchDue};
+use crate::{kafka, now_ms};
+use anyhow::Context;
+use serde::Serialize;
 use std::sync::Arc;
 use tokio::time::{Duration, Instant};
 
+/// The producer floor: fired-shaped records produced alone at the fire phase's pace.
+#[derive(Debug, Clone, Serialize)]
+pub struct FloorReport {
+    /// Records produced.
+    pub records: usize,
+    /// Their pace, per second (0: as fast as the producer took them, a burst's).
+    pub rate_per_s: u64,
+    /// CPU of this process per record, µs: producing, the delivery reports, librdkafka's
+    /// threads (the bench does nothing else meanwhile).
+    pub cpu_us_per_record: f64,
+}
+
+impl FloorReport {
+    /// Its report line, with ktimer's CPU per fire (`ktimer_us`) as a multiple of it.
+    pub fn line(&self, ktimer_us: Option<f64>) -> String {
+        let pace = match self.rate_per_s {
+            0 => "as fast as it goes".to_string(),
+            r => format!("at {r}/s"),
+        };
+        let ratio = ktimer_us.map_or(String::new(), |k| {
+            format!(
+                "; ktimer per fire / floor = {:.1}",
+                k / self.cpu_us_per_record
+            )
+        });
+        format!(
+            "producer floor {} fired-shaped records {pace} with ktimer's producer settings: {:.1} µs of CPU per record{ratio}",
+            self.records, self.cpu_us_per_record
+        )
+    }
+}
+
+/// The fire phase's baselines (none with `--no-baseline`): the pipe, its rate against
+/// the fires delivered at `delivered_per_s`, and the producer floor.
+pub async fn fired(
+    env: &Env,
+    args: &BenchArgs,
+    delivered_per_s: f64,
+    progress: &Arc<Progress>,
+) -> anyhow::Result<(Option<BaselineReport>, Option<FloorReport>)> {
+    if args.no_baseline {
+        return Ok((None, None));
+    }
+    let rate = fired_shaped(env, args, progress).await?;
+    let pipe = BaselineReport {
+        records: args.timers,
+        rate_per_s: rate,
+        ratio: ((delivered_per_s / rate) * 100.0).round() / 100.0,
+    };
+    let pace = match args.due {
+        BenchDue::Burst => 0,
+        BenchDue::Spread => (args.timers as i64 * 1000 / args.window_ms.max(1)) as u64,
+    };
+    Ok((
+        Some(pipe),
+        Some(producer_floor(env, args, pace, progress).await?),
+    ))
+}
+
+/// Produces `--timers` fired-shaped records at `pace` per second (0: unpaced) with
+/// ktimer's own producer ([`kafka::producer`]) and measures this process's CPU.
+async fn producer_floor(
+    env: &Env,
+    args: &BenchArgs,
+    pace: u64,
+    progress: &Arc<Progress>,
+) -> anyhow::Result<FloorReport> {
+    let n = args.timers;
+    progress.phase("producer floor", n);
+    let producer = kafka::producer(&env.kafka)
+        .create()
+        .context("creating the floor's producer")?;
+    let payload = vec![b'x'; args.payload_bytes];
+    let prefix = format!("b{}-y-", env.run);
+    let before = process_cpu_s();
+    let to = (env.pipe_in.as_str(), pace);
+    let filled = pipe::fill(&producer, to, n, &prefix, &payload, progress).await?;
+    let used = process_cpu_s() - before;
+    anyhow::ensure!(
+        filled.failed == 0,
+        "producer floor: {} records not produced: {:?}",
+        filled.failed,
+        filled.first_error
+    );
+    Ok(FloorReport {
+        records: n,
+        rate_per_s: pace,
+        cpu_us_per_record: (used * 1e6 / n.max(1) as f64 * 10.0).round() / 10.0,
+    })
+}
+
+/// CPU seconds (user and system) this process used so far.
+fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage writes the struct it is given; zeroed is a valid rusage.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer has no other precondition.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    s(u.ru_utime) + s(u.ru_stime)
+}
+
 /// Pipes `--timers` records shaped like fired records; returns the rate (records/s).
-pub async fn fired_shaped(
+async fn fired_shaped(
     env: &Env,
     args: &BenchArgs,
     progress: &Arc<Progress>,
@@ -24,7 +129,9 @@ pub async fn fired_shaped(
     progress.phase("baseline", n);
     let payload = vec![b'x'; args.payload_bytes];
     let prefix = format!("b{}-x-", env.run);
-    let filled = pipe::fill(&env.kafka, &env.pipe_in, n, &prefix, &payload, progress).await?;
+    let producer = load::producer(&env.kafka)?;
+    let to = (env.pipe_in.as_str(), 0);
+    let filled = pipe::fill(&producer, to, n, &prefix, &payload, progress).await?;
     anyhow::ensure!(
         filled.failed == 0,
         "baseline input not produced: {:?}",
@@ -89,4 +196,25 @@ async fn run_pipe(
         count.received
     );
     Ok(per_second(n, start, count.last_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FloorReport;
+
+    #[test]
+    fn the_floor_line_says_its_pace_and_ktimers_multiple_of_it() {
+        let f = |rate_per_s| FloorReport {
+            records: 100_000,
+            rate_per_s,
+            cpu_us_per_record: 12.5,
+        };
+        let paced = f(10_000).line(Some(25.0));
+        assert!(paced.contains("at 10000/s"), "{paced}");
+        assert!(paced.contains("12.5 µs of CPU per record"), "{paced}");
+        assert!(paced.ends_with("ktimer per fire / floor = 2.0"), "{paced}");
+        let burst = f(0).line(None);
+        assert!(burst.contains("as fast as it goes"), "{burst}");
+        assert!(!burst.contains("floor ="), "{burst}");
+    }
 }

@@ -157,8 +157,11 @@ where
         }
     };
     let start = tokio::time::Instant::now();
+    // Paced in steps of a millisecond's records (as a trigger sends, a due ms at a time),
+    // at most 64.
+    let step = (rate as usize / 1000).clamp(1, 64);
     for i in 0..n {
-        if rate > 0 && i % 64 == 0 {
+        if rate > 0 && i % step == 0 {
             let at = start + Duration::from_secs_f64(i as f64 / rate as f64);
             tokio::time::sleep_until(at).await;
         }

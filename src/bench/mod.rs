@@ -15,7 +15,9 @@
 //!    go through a plain consume-then-produce pipe ([`pipe`]) on the same broker; ktimer's
 //!    delivered fire rate is reported as a ratio of the pipe's rate. With pending timers,
 //!    as many create commands like theirs go through the same pipe first: the intake
-//!    rate is reported as a ratio of that one.
+//!    rate is reported as a ratio of that one. Then the producer floor: the fired-shaped
+//!    records only produced at the fire phase's pace, ktimer's CPU per fire a multiple
+//!    of its CPU per record.
 //!
 //! The run's topics are fresh (`ktimer-bench-RUN.*`), its instances are started in this
 //! process (or `--instances 0` uses running ones), and everything it created is deleted
@@ -137,16 +139,7 @@ async fn phases(
         }
         _ => None,
     };
-    let baseline = if args.no_baseline {
-        None
-    } else {
-        let rate = baseline::fired_shaped(env, args, progress).await?;
-        Some(BaselineReport {
-            records: args.timers,
-            rate_per_s: rate,
-            ratio: ((fire.delivery_rate_per_s / rate) * 100.0).round() / 100.0,
-        })
-    };
+    let (baseline, floor) = baseline::fired(env, args, fire.delivery_rate_per_s, progress).await?;
     let mut report = Report {
         run: env.run.clone(),
         settings: serde_json::json!({
@@ -169,6 +162,7 @@ async fn phases(
         takeover,
         fire,
         baseline,
+        floor,
         command_baseline,
         host: None,
         checks: Vec::new(),

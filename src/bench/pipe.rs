@@ -18,19 +18,19 @@ use rdkafka::consumer::StreamConsumer;
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-/// Fills `topic` with `n` records like the fired records of timers `prefix{i}`: same
-/// key, `payload`, and the eight ktimer headers.
+/// Fills `topic` with `n` records like the fired records of timers `prefix{i}` (same
+/// key, `payload`, and the eight ktimer headers) through `producer`, at most `rate` per
+/// second (0: as fast as it takes them).
 pub async fn fill(
-    kafka: &KafkaArgs,
-    topic: &str,
+    producer: &FutureProducer,
+    (topic, rate): (&str, u64),
     n: usize,
     prefix: &str,
     payload: &[u8],
     progress: &Progress,
 ) -> anyhow::Result<Produced> {
-    let producer = load::producer(kafka)?;
     let now = crate::now_ms().to_string();
-    load::produce(&producer, topic, n, 0, progress, |i| {
+    load::produce(producer, topic, n, rate, progress, |i| {
         let key = format!("{prefix}{i}");
         let fire_id = format!("{key}/{i}/{now}");
         let h = [

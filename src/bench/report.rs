@@ -123,6 +123,8 @@ pub struct Report {
     pub fire: FireReport,
     /// The baseline (absent with `--no-baseline`).
     pub baseline: Option<BaselineReport>,
+    /// The producer floor (absent with `--no-baseline`).
+    pub floor: Option<super::baseline::FloorReport>,
     /// The command-shaped baseline: ratio = the pending phase's intake rate / its rate
     /// (absent without pending timers or with `--no-baseline`).
     pub command_baseline: Option<BaselineReport>,
@@ -354,6 +356,13 @@ impl Report {
                 } else {
                     ""
                 }
+            );
+        }
+        if let Some(fl) = &self.floor {
+            let _ = writeln!(
+                s,
+                "{}",
+                fl.line(f.ktimer_cpu.as_ref().map(|c| c.us_per_item))
             );
         }
         if let Some(b) = &self.command_baseline {
