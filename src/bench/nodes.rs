@@ -14,7 +14,8 @@ pub struct Sample {
     pub node: String,
     /// `used_memory`, bytes.
     pub used_memory: u64,
-    /// `used_cpu_sys + used_cpu_user`, seconds.
+    /// `used_cpu_sys + used_cpu_user`, seconds, less the time of the bench's own
+    /// `SLOWLOG` reads ([`super::scripts`]; see [`work_cpu_s`]).
     pub cpu_s: f64,
 }
 
@@ -49,21 +50,15 @@ impl Nodes {
     /// Memory and CPU of every primary.
     pub async fn sample(&self) -> anyhow::Result<Vec<Sample>> {
         let mut info = redis::cmd("INFO");
-        info.arg("memory").arg("cpu");
+        info.arg("memory").arg("cpu").arg("commandstats");
         let replies = self.conn.clone().per_primary(&info).await?;
         let mut out = Vec::new();
         for (node, v) in replies {
             let text: String = redis::from_redis_value(v)?;
-            let field = |name: &str| -> f64 {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0.0)
-            };
             out.push(Sample {
                 node,
-                used_memory: field("used_memory") as u64,
-                cpu_s: field("used_cpu_sys") + field("used_cpu_user"),
+                used_memory: info_field(&text, "used_memory") as u64,
+                cpu_s: work_cpu_s(&text),
             });
         }
         out.sort_by(|a, b| a.node.cmp(&b.node));
@@ -111,6 +106,27 @@ impl Nodes {
         }
         Ok(n)
     }
+}
+
+/// Field `name` of an `INFO` reply (0 when absent).
+fn info_field(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The CPU seconds of an `INFO cpu commandstats` reply less the execution time of
+/// `SLOWLOG` (`cmdstat_slowlog`'s `usec`): the bench's own reads of the slow log, a few
+/// percent of Redis's time at a steady rate, are not ktimer's cost.
+fn work_cpu_s(text: &str) -> f64 {
+    let slowlog_us = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_slowlog:"))
+        .and_then(|stats| stats.split(',').find_map(|kv| kv.strip_prefix("usec=")))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    info_field(text, "used_cpu_sys") + info_field(text, "used_cpu_user") - slowlog_us / 1e6
 }
 
 /// The part of `key` Redis Cluster hashes: between the first `{` and the next `}`.
@@ -187,6 +203,20 @@ mod tests {
         assert_eq!(hash_tag("kt:{cmds:3}:t:a"), "cmds:3");
         assert_eq!(hash_tag("plain"), "plain");
         assert_eq!(hash_tag("a{}b"), "a{}b");
+    }
+
+    #[test]
+    fn the_slow_logs_reads_are_not_counted_as_work() {
+        let info = "# CPU\r\nused_cpu_sys:1.500000\r\nused_cpu_user:2.250000\r\n\
+                    # Commandstats\r\ncmdstat_fcall:calls=9,usec=900,usec_per_call=100.00\r\n\
+                    cmdstat_slowlog:calls=4,usec=250000,usec_per_call=62500.00,rejected_calls=0\r\n";
+        assert!(
+            (work_cpu_s(info) - 3.5).abs() < 1e-9,
+            "{}",
+            work_cpu_s(info)
+        );
+        let without = "used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\n";
+        assert!((work_cpu_s(without) - 3.75).abs() < 1e-9);
     }
 
     #[test]
