@@ -111,7 +111,7 @@ mod tests {
             ..state(Some(5), Some(9))
         };
         assert!(needs_rebuild(&before_version_2, false));
-        // The layout before this one (version 4: pending records in buckets `r:B`).
+        // The layout before this one.
         let previous = PartitionState {
             format: Some(STORE_FORMAT - 1),
             ..state(Some(5), Some(9))
