@@ -31,10 +31,15 @@ fn command(kind: CommandKind, app: &str, id: &str, tag: &str) -> TimerCommand {
 
 /// Claims what is due by `now` with `quotas`.
 async fn claim(w: &World, now: i64, quotas: &[(&str, usize)]) -> Claimed {
+    claim_bytes(w, now, quotas, usize::MAX).await
+}
+
+/// Claims what is due by `now` with `quotas`, answering at most about `max_bytes`.
+async fn claim_bytes(w: &World, now: i64, quotas: &[(&str, usize)], max_bytes: usize) -> Claimed {
     let window = ClaimWindow {
         upto_ms: now,
         limit: 1_000,
-        max_bytes: usize::MAX,
+        max_bytes,
         quotas: quotas.iter().map(|(a, q)| (a.to_string(), *q)).collect(),
         missed_before_ms: now - 60_000,
         now_ms: now,
@@ -45,6 +50,33 @@ async fn claim(w: &World, now: i64, quotas: &[(&str, usize)]) -> Claimed {
 
 fn ids(c: &Claimed) -> Vec<String> {
     c.fires.iter().map(|f| f.timer_id.clone()).collect()
+}
+
+/// A paced backlog of large fires takes at most half of a claim's room: another
+/// application's fire due meanwhile is in the same claim, not behind the backlog.
+#[tokio::test]
+async fn a_large_parked_backlog_leaves_room_in_a_claim_for_other_fires() {
+    let mut w = World::new("parked-room").await;
+    let big = "p".repeat(1_000);
+    for i in 0..50 {
+        w.apply(once("paced", &format!("p-{i}"), T0 + 1_000 + i, &big), T0)
+            .await;
+    }
+    w.apply(once("other", "q-0", T0 + 2_000, "y"), T0).await;
+    // The application has no quota left when its fires fall due: all of them are parked.
+    let c = claim(&w, T0 + 1_500, &[("paced", 0)]).await;
+    assert!(c.fires.is_empty(), "{:?}", ids(&c));
+    assert_eq!(c.parked, vec![("paced".to_string(), 50)]);
+    let c = claim_bytes(&w, T0 + 5_000, &[("paced", 1_000)], 8_000).await;
+    let got = ids(&c);
+    assert!(got.contains(&"q-0".to_string()), "{got:?}");
+    let paced = got.iter().filter(|id| id.starts_with("p-")).count();
+    assert!(
+        (1..=5).contains(&paced),
+        "{paced} paced fires in 8 kB: {got:?}"
+    );
+    assert!(c.full, "more is due");
+    assert_eq!(c.parked, vec![("paced".to_string(), 50 - paced as u64)]);
 }
 
 #[tokio::test]

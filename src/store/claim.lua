@@ -16,27 +16,24 @@
 -- or {'fenced'}; a member is the in-flight member "version:due:id"; `record` is the
 -- packed record of a one-shot timer as read from its own key, up to SWAP_MAX bytes (''
 -- for others: src/store/done.rs acknowledges a fire by swapping it for its done form);
--- with a record, `definition` is '': the definition is the record's
--- (src/store/record.rs), its prefix among the k pairs, so Redis neither joins nor sends
--- it a second time; `vanished` counts slice members whose timer
--- record was gone (evicted, or deleted outside ktimer): lost fires; `full` is '1' when
--- the claim stopped at its limits (more may be due).
+-- with a record, `definition` is '': the definition is the record's (src/store/record.rs),
+-- its prefix among the k pairs, so Redis neither joins nor sends it a second time;
+-- `vanished` counts slice members whose timer record was gone (evicted, or deleted
+-- outside ktimer): lost fires; `full` is '1' when the claim stopped at its limits.
 -- Parking (a paced application's backlog stays in Redis, not in the trigger's memory):
 -- the pending fires of a paced application are placed in its parked set (apply.lua;
 -- scored by due, members as in the slices), and a due slice member of an application
 -- whose quota is used up moves there as it is (one placed before its application was
 -- paced); a claim takes each application's due parked members first, oldest first, up
--- to its quota (an application with no quota any more: up to the limit). A parked
+-- to its quota (no quota any more: up to the limit), in half of the claim's room. A parked
 -- member is validated when it is taken, as if it were taken from its slice (one-shot:
 -- in the minute of its score). The next due time counts the parked sets' first members
 -- not yet due; their due ones are counted in the reply instead (the trigger claims them
 -- as its quota frees).
--- Members of timers that were paused, cancelled or changed (older version, or a one-shot
--- timer now due in another minute) are dropped.
--- Cron members also obey the timer's maximum number of fires and its misfire policy
--- (misfire.lua, prepended).
--- A member the replay fence covers (a command replayed after a rebuild, its fire
--- acknowledged before Redis lost the partition) is dropped, its one-shot timer fired.
+-- Members of timers paused, cancelled or changed (older version, or a one-shot timer now
+-- due in another minute) are dropped; cron members obey max fires and misfire (misfire.lua).
+-- A member the replay fence covers (a replayed command whose fire was acknowledged before
+-- Redis lost the partition) is dropped, its one-shot timer fired.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {'fenced'}
 end
@@ -146,8 +143,7 @@ end
 -- hot path: no application paced, no replay fence): reads the first five fields of the
 -- record (v, st, rq, k, due) and the number of its definition's prefix, not the whole
 -- record. Answers what take answers (the definition is the record's: ''), or false when
--- the full take decides (no own key, a record larger than SWAP_MAX, not a fixed-size
--- array). (It reads record.lua's positions: v, st, rq, k and due first, then a, then d.)
+-- the full take decides (no own key, a record over SWAP_MAX, not a fixed-size array).
 assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6 and REC_D == 7)
 
 -- The in-flight member of one-shot timer `id` at version `v`, due `due` (numbers), and
@@ -301,7 +297,10 @@ local function take_all(items, key, m)
   return #items / step
 end
 
--- Parked members first: they were due before what the slices hold of their application.
+-- Parked members first (due before what the slices hold of their application), in at
+-- most half of the claim's room: every claim reads the slices too (other applications).
+local slice_bytes, slice_n = math.floor(bytes_left / 2), math.floor(limit / 2)
+bytes_left, limit = bytes_left - slice_bytes, limit - slice_n
 for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
   local pkey = KEYS[9] .. ':' .. app
   local q = math.min(quota_of(app) or limit, limit - n)
@@ -321,7 +320,8 @@ for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
     redis.call('ZREM', KEYS[9], app)
   end
 end
-
+local parked_full = n >= limit or bytes_left <= 0 -- (parked fires left at its half: full)
+bytes_left, limit = bytes_left + slice_bytes, limit + slice_n
 local minutes = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', math.floor(upto / 60000))
 for _, m in ipairs(minutes) do
   if n >= limit or bytes_left <= 0 then
@@ -373,7 +373,7 @@ for i = 1, 257 do
 end
 rec_flush()
 out[2] = tostring(vanished)
-out[3] = (n >= limit or bytes_left <= 0) and '1' or '0'
+out[3] = (parked_full or n >= limit or bytes_left <= 0) and '1' or '0'
 local apps = 0
 for _, app in ipairs(redis.call('ZRANGE', KEYS[9], 0, -1)) do
   local pkey = KEYS[9] .. ':' .. app
