@@ -5,13 +5,14 @@
 //! produced, at the fire phase's pace, with ktimer's producer settings, and the CPU this
 //! process spent on it: the least a fire can cost ktimer on this machine at that rate.
 
+use super::instances::cpu_s;
 use super::load::{self, Plan};
 use super::observe::{Count, Progress, Tap};
 use super::pipe;
 use super::report::{per_second, BaselineReport};
 use super::setup::Env;
 use crate::codec::Codec;
-use crate::config::{BenchArgs, BenchDue};
+use crate::config::BenchArgs;
 use crate::{kafka, now_ms};
 use anyhow::Context;
 use serde::Serialize;
@@ -51,11 +52,12 @@ impl FloorReport {
 }
 
 /// The fire phase's baselines (none with `--no-baseline`): the pipe, its rate against
-/// the fires delivered at `delivered_per_s`, and the producer floor.
+/// the fires delivered at `delivered_per_s`, and the producer floor at the offered rate
+/// (`offered_per_s`; infinite for a burst: unpaced).
 pub async fn fired(
     env: &Env,
     args: &BenchArgs,
-    delivered_per_s: f64,
+    (delivered_per_s, offered_per_s): (f64, f64),
     progress: &Arc<Progress>,
 ) -> anyhow::Result<(Option<BaselineReport>, Option<FloorReport>)> {
     if args.no_baseline {
@@ -67,9 +69,10 @@ pub async fn fired(
         rate_per_s: rate,
         ratio: ((delivered_per_s / rate) * 100.0).round() / 100.0,
     };
-    let pace = match args.due {
-        BenchDue::Burst => 0,
-        BenchDue::Spread => (args.timers as i64 * 1000 / args.window_ms.max(1)) as u64,
+    let pace = if offered_per_s.is_finite() {
+        offered_per_s.round() as u64
+    } else {
+        0
     };
     Ok((
         Some(pipe),
@@ -92,10 +95,11 @@ async fn producer_floor(
         .context("creating the floor's producer")?;
     let payload = vec![b'x'; args.payload_bytes];
     let prefix = format!("b{}-y-", env.run);
-    let before = process_cpu_s();
+    let me = std::process::id();
+    let before = cpu_s(me);
     let to = (env.pipe_in.as_str(), pace);
     let filled = pipe::fill(&producer, to, n, &prefix, &payload, progress).await?;
-    let used = process_cpu_s() - before;
+    let used = cpu_s(me) - before;
     anyhow::ensure!(
         filled.failed == 0,
         "producer floor: {} records not produced: {:?}",
@@ -107,16 +111,6 @@ async fn producer_floor(
         rate_per_s: pace,
         cpu_us_per_record: (used * 1e6 / n.max(1) as f64 * 10.0).round() / 10.0,
     })
-}
-
-/// CPU seconds (user and system) this process used so far.
-fn process_cpu_s() -> f64 {
-    // SAFETY: getrusage writes the struct it is given; zeroed is a valid rusage.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid pointer has no other precondition.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    s(u.ru_utime) + s(u.ru_stime)
 }
 
 /// Pipes `--timers` records shaped like fired records; returns the rate (records/s).

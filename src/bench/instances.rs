@@ -148,7 +148,7 @@ impl Drop for Instances {
 }
 
 /// User + system CPU of process `pid`, seconds (0 when it is gone).
-fn cpu_s(pid: u32) -> f64 {
+pub(super) fn cpu_s(pid: u32) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };

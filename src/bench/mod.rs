@@ -139,7 +139,12 @@ async fn phases(
         }
         _ => None,
     };
-    let (baseline, floor) = baseline::fired(env, args, fire.delivery_rate_per_s, progress).await?;
+    let offered = match args.due {
+        BenchDue::Burst => f64::INFINITY,
+        BenchDue::Spread => args.timers as f64 * 1000.0 / args.window_ms.max(1) as f64,
+    };
+    let delivered = fire.delivery_rate_per_s;
+    let (baseline, floor) = baseline::fired(env, args, (delivered, offered), progress).await?;
     let mut report = Report {
         run: env.run.clone(),
         settings: serde_json::json!({
@@ -166,10 +171,6 @@ async fn phases(
         command_baseline,
         host: None,
         checks: Vec::new(),
-    };
-    let offered = match args.due {
-        BenchDue::Burst => f64::INFINITY,
-        BenchDue::Spread => args.timers as f64 * 1000.0 / args.window_ms.max(1) as f64,
     };
     report.judge(args.due == BenchDue::Burst, offered);
     Ok((report, fires.fire_lateness, fires.delivery_lateness))
