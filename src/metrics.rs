@@ -90,6 +90,9 @@ pub struct Metrics {
     pub consumer_lag: IntGaugeVec,
     /// Time to handle one intake batch (decode, validate, apply, enqueue results), seconds.
     pub intake_batch: Histogram,
+    /// Time to take the partitions of one assignment (new epochs, rebuilds) until their
+    /// tasks start or wait for their replay, seconds.
+    pub takeover: Histogram,
     /// Redis call latency, seconds, by `op`.
     pub redis_calls: HistogramVec,
     /// Failed Kafka operations, by `op` (fire, result, state, commit, consume).
@@ -227,6 +230,15 @@ impl Metrics {
             .buckets(CALL_BUCKETS.to_vec()),
         )
         .expect("metric");
+        let takeover = Histogram::with_opts(
+            HistogramOpts::new(
+                "takeover_seconds",
+                "Time to take the partitions of one assignment (new epochs, rebuilds) until \
+                 their tasks start or wait for their replay",
+            )
+            .buckets(CALL_BUCKETS.to_vec()),
+        )
+        .expect("metric");
         let redis_calls = histogram(
             "redis_call_seconds",
             "Redis call latency, by operation",
@@ -295,6 +307,7 @@ impl Metrics {
             Box::new(rebalances.clone()),
             Box::new(consumer_lag.clone()),
             Box::new(intake_batch.clone()),
+            Box::new(takeover.clone()),
             Box::new(redis_calls.clone()),
             Box::new(kafka_errors.clone()),
             Box::new(app_fires.clone()),
@@ -331,6 +344,7 @@ impl Metrics {
             rebalances,
             consumer_lag,
             intake_batch,
+            takeover,
             redis_calls,
             kafka_errors,
             redis_may_evict,

@@ -30,7 +30,7 @@ use crate::clock::Clock;
 use crate::codec::Codec;
 use crate::command::CommandResult;
 use crate::metrics::Metrics;
-use crate::ownership::{IntakeContext, Partitions, RebalanceEvent};
+use crate::ownership::{IntakeContext, Partitions, RebalanceEvent, Survey};
 use crate::partitioner::{Misrouted, Partitioner};
 use crate::shutdown::CancellationToken;
 use crate::sink::Sink;
@@ -136,6 +136,7 @@ impl Intake {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut flight = Flight::default();
         let mut cut = self.cut.watch();
+        let mut survey: Option<tokio::task::JoinHandle<Survey>> = None;
         loop {
             tokio::select! {
                 biased;
@@ -149,12 +150,21 @@ impl Intake {
                     self.land(&mut flight, &answers).await;
                     self.rebalance(ev).await;
                 }
-                _ = tick.tick(), if !*cut.borrow() => {
-                    self.land(&mut flight, &answers).await;
-                    let _wait = self.waits.begin("the ownership check of the partitions (and their rebuilds)");
-                    let parts = self.partitions.ids();
-                    self.partitions.check(&parts).await;
-                    self.partitions.gauge_triggers();
+                // The check reads Redis beside the commands (one round trip for every
+                // partition) and holds the intake only when it has something to do. It
+                // runs as a task of its own: a Redis call waiting for its turn on the
+                // shared connection must be polled, or it holds the calls behind it
+                // (this loop's apply among them) for ever.
+                _ = tick.tick(), if !*cut.borrow() && survey.is_none() => {
+                    let read = self.partitions.survey(&self.partitions.ids());
+                    survey = Some(tokio::spawn(read));
+                }
+                read = async { survey.as_mut().expect("guarded").await }, if survey.is_some() => {
+                    survey = None;
+                    match read {
+                        Ok(read) => self.conclude(read, &mut flight, &answers).await,
+                        Err(e) => std::panic::resume_unwind(e.into_panic()),
+                    }
                 }
                 done = flight.landed() => self.advance(&mut flight, done, &answers).await,
                 Some(chunk) = stream.next(), if flight.has_room() => {
@@ -196,6 +206,24 @@ impl Intake {
         } else if let Err(e) = self.consumer.subscribe(&[&self.topic]) {
             tracing::error!(error = %e, "joining the group again failed: restart the instance");
         }
+    }
+
+    /// Acts on one round of the ownership check: at once when it found every partition
+    /// as this instance left it; otherwise after landing the batches in flight.
+    async fn conclude(
+        &mut self,
+        survey: Survey,
+        flight: &mut Flight,
+        answers: &mpsc::Sender<answer::Batch>,
+    ) {
+        if !self.partitions.quiet(&survey) {
+            self.land(flight, answers).await;
+            let _wait = self
+                .waits
+                .begin("the ownership check of the partitions (and their rebuilds)");
+            self.partitions.conclude(survey).await;
+        }
+        self.partitions.gauge_triggers();
     }
 
     async fn rebalance(&mut self, ev: RebalanceEvent) {

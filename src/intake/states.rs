@@ -60,7 +60,8 @@ pub(crate) async fn send(sink: &Sink, written: Vec<Written>) -> Vec<StateWrites>
 }
 
 /// Waits for the records of `writes` and confirms them to Redis: delivered, or back to
-/// the checkpoints. `false` on shutdown.
+/// the checkpoints; the confirmations of all partitions at once (one round trip, not one
+/// per partition). `false` on shutdown.
 pub(crate) async fn confirm(
     store: &Store,
     sink: &Sink,
@@ -68,6 +69,7 @@ pub(crate) async fn confirm(
     metrics: &Metrics,
     retry: &Retry,
 ) -> bool {
+    let mut outcomes = Vec::with_capacity(writes.len());
     for w in writes {
         let mut all = true;
         for sent in w.sent {
@@ -77,15 +79,17 @@ pub(crate) async fn confirm(
                 all = false;
             }
         }
-        let held = (w.partition, w.epoch);
-        match retry
-            .run(StoreError::is_fenced, || store.written(held, all, w.first))
-            .await
-        {
-            // Fenced: the new owner took the unconfirmed writes over.
-            Ok(()) | Err(Stopped::Fatal(_)) => {}
-            Err(Stopped::Shutdown) => return false,
-        }
+        outcomes.push(((w.partition, w.epoch), all, w.first));
     }
-    true
+    let confirms: Vec<_> = outcomes
+        .into_iter()
+        .map(|(held, all, first)| {
+            retry.run(StoreError::is_fenced, move || {
+                store.written(held, all, first)
+            })
+        })
+        .collect();
+    // Fenced: the new owner took the unconfirmed writes over.
+    let done = futures::future::join_all(confirms).await;
+    !done.iter().any(|r| matches!(r, Err(Stopped::Shutdown)))
 }

@@ -32,7 +32,7 @@ pub mod partitions;
 pub mod tasks;
 
 pub use context::{context, IntakeContext, RebalanceEvent};
-pub use partitions::{Owned, Partitions};
+pub use partitions::{Owned, Partitions, Survey};
 pub use tasks::{Running, Tasks};
 
 use crate::store::{PartitionState, STORE_FORMAT};

@@ -4,22 +4,23 @@
 //! Redis lost before the partition fires again, are in [`check`]; a partition whose
 //! state-topic partition is missing waits in [`unavailable`]; one whose previous owner
 //! still has fires in its producer applies no command until they are answered
-//! ([`drain`]); the state topic's last checkpoints are read in [`tail`].
+//! ([`drain`]); the state topic's last checkpoints are read in [`tail`]; taking
+//! partitions, all of an assignment at once, is in [`take`].
 
 mod check;
 mod drain;
 mod tail;
+mod take;
 mod unavailable;
+
+pub use check::Survey;
 
 use super::tasks::{Running, Tasks};
 use super::{IntakeContext, RebalanceEvent};
-use crate::retry::Retry;
-use crate::state::rebuild::rebuild;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::StreamConsumer;
 use rdkafka::Offset;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A partition this instance owns.
 pub struct Owned {
@@ -144,17 +145,19 @@ impl Partitions {
                     .rebalances
                     .with_label_values(&["assigned"])
                     .inc();
+                let taking = std::time::Instant::now();
                 let ids: Vec<i32> = ps.iter().map(|&(p, _)| p).collect();
                 let Some(tails) = self.read_tails(&ids).await else {
                     return false;
                 };
                 self.tails = tails;
-                for (p, behind) in ps {
-                    if !self.own(p, behind).await {
-                        return false;
-                    }
+                if !self.own_all(ps).await {
+                    return false;
                 }
-                tracing::info!(partitions = ?self.ids(), "assigned");
+                let took = taking.elapsed();
+                self.tasks.metrics.takeover.observe(took.as_secs_f64());
+                let elapsed_ms = took.as_millis() as u64;
+                tracing::info!(partitions = ?self.ids(), elapsed_ms, "assigned");
             }
             RebalanceEvent::Revoked(ps) => {
                 self.tasks
@@ -174,147 +177,6 @@ impl Partitions {
         }
         self.publish();
         true
-    }
-
-    /// Takes partition `p` with a new epoch. If Redis has nothing of it (or `stale`: what
-    /// it has is older than the last checkpoint), the partition is rebuilt from the state
-    /// topic and its tasks wait for the replay of the commands after the checkpoint;
-    /// otherwise they start now. `false` only on shutdown.
-    async fn own(&mut self, p: i32, stale: bool) -> bool {
-        let taking = std::time::Instant::now();
-        let applied_before = self.owned.get(&p).and_then(|o| o.handled);
-        if let Some(old) = self.owned.remove(&p) {
-            old.stop().await;
-        }
-        let tail = self.tails.remove(&p);
-        let t = &self.tasks;
-        let clock = t.trigger.clock.clone();
-        let retry = |what| {
-            Retry::new(what, &t.token)
-                .partition(p)
-                .counting(t.metrics.redis_errors.with_label_values(&[what]))
-        };
-        let Some(before) = retry("acquire")
-            .forever(|| t.store.partition_state(p))
-            .await
-        else {
-            return false;
-        };
-        let Some(stale) = self.behind_state_topic(p, &before, stale, tail).await else {
-            return false;
-        };
-        let Some(epoch) = retry("acquire")
-            .forever(|| t.store.acquire(p, clock.now_ms()))
-            .await
-        else {
-            return false;
-        };
-        let Some(draining) = self.previous_owner_draining(p).await else {
-            return false;
-        };
-        let mut o = Owned {
-            epoch,
-            handled: None,
-            seek: None,
-            tasks: None,
-            hold_until: None,
-            sequence: before.checkpoint.unwrap_or(0),
-            taken_ms: None,
-            draining: drain::since(draining),
-        };
-        if !super::needs_rebuild(&before, stale) {
-            o.tasks = Some(t.start(p, epoch, o.sequence));
-            // The takeover path reads a few keys, whatever the partition holds.
-            let elapsed_ms = taking.elapsed().as_millis() as u64;
-            o.taken_ms = Some(elapsed_ms);
-            self.owned.insert(p, o);
-            tracing::info!(partition = p, epoch, elapsed_ms, "partition taken: firing");
-            return true;
-        }
-        let (topic, reader) = &t.state;
-        let wipe = before.epoch.is_some();
-        if wipe && before.format != Some(crate::store::STORE_FORMAT) {
-            tracing::info!(
-                partition = p,
-                format = ?before.format,
-                "redis holds the partition in an older key layout: rebuilding it"
-            );
-        }
-        if let Some(why) = self.state_partition_missing(p).await {
-            self.set_unavailable(p, why);
-            return true;
-        }
-        let rebuilt = retry("rebuild")
-            .forever(|| rebuild(p, epoch, &t.store, reader, topic, wipe))
-            .await;
-        let Some(r) = rebuilt else {
-            return false;
-        };
-        if r.records == 0 && r.replay_from == 0 && !wipe {
-            // Nothing recorded for the partition yet (a new one): not a loss to report.
-            tracing::info!(
-                partition = p,
-                "no state recorded yet: replaying the partition's commands from the start"
-            );
-        } else {
-            tracing::warn!(
-                partition = p,
-                timers = r.timers,
-                records = r.records,
-                replay_from = r.replay_from,
-                read_ms = r.read.as_millis() as u64,
-                elapsed_ms = r.elapsed.as_millis() as u64,
-                "redis rebuilt from the state topic; replaying the commands after its checkpoint"
-            );
-            t.metrics.replays.inc();
-        }
-        o.sequence = r.sequence;
-        // Listed ends can trail (Tansu lists the last batch's start): what this instance
-        // applied before is replayed too.
-        o.hold_until = self
-            .end_of(p)
-            .max(applied_before)
-            .filter(|&last| last >= r.replay_from);
-        let hold = o.hold_until.is_some();
-        self.owned.insert(p, o);
-        // Commands after the group's committed offset may have been applied (and
-        // checkpointed) but never answered by a previous owner: they are read again too.
-        let from = self
-            .committed(p)
-            .map_or(r.replay_from, |c| c.min(r.replay_from));
-        self.seek(p, Offset::Offset(from));
-        if !hold {
-            self.release(p);
-        }
-        true
-    }
-
-    /// The group's committed offset of partition `p`, if it has one.
-    fn committed(&self, p: i32) -> Option<i64> {
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition(&self.topic, p);
-        let c = self
-            .consumer
-            .committed_offsets(tpl, Duration::from_secs(5))
-            .ok()?;
-        match c.find_partition(&self.topic, p)?.offset() {
-            Offset::Offset(n) => Some(n),
-            _ => None,
-        }
-    }
-
-    /// The last offset of partition `p` of the commands topic, if it has records.
-    fn end_of(&self, p: i32) -> Option<i64> {
-        match self
-            .consumer
-            .fetch_watermarks(&self.topic, p, Duration::from_secs(5))
-        {
-            Ok((_, high)) => (high > 0).then_some(high - 1),
-            Err(e) => {
-                tracing::warn!(partition = p, error = %e, "end of the commands partition unknown");
-                None
-            }
-        }
     }
 
     /// Publishes the owned partitions (metrics, status).

@@ -90,10 +90,23 @@ impl Store {
         partitions: &[i32],
         timeout: std::time::Duration,
     ) -> Result<Vec<Option<i64>>, StoreError> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut conn = self.client.blocking(timeout)?;
+        if !self.client.is_cluster() {
+            // One round trip for all of them: a distant Redis must not hold the rebalance
+            // callback for a round trip per partition.
+            let mut pipe = redis::pipe();
+            for &part in partitions {
+                pipe.get(self.keys(part).offset());
+            }
+            return Ok(pipe.query(&mut *conn)?);
+        }
         let mut offsets = Vec::with_capacity(partitions.len());
         for &part in partitions {
-            // One GET per partition: partitions live in different cluster slots.
+            // One GET per partition: partitions live in different cluster slots (the
+            // cluster client routes a pipeline by its first key).
             offsets.push(
                 redis::cmd("GET")
                     .arg(self.keys(part).offset())

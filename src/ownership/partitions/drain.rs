@@ -9,10 +9,7 @@
 use super::Partitions;
 use crate::retry::Retry;
 use rdkafka::Offset;
-use std::time::{Duration, Instant};
-
-/// How long a check waits for the drain mark (a check is skipped, never waited for).
-const READ: Duration = Duration::from_secs(1);
+use std::time::Instant;
 
 impl Partitions {
     /// Whether an earlier owner of `p` still has fires of it in its producer (read once
@@ -33,14 +30,14 @@ impl Partitions {
         Some(draining)
     }
 
-    /// Whether `p` still waits for its previous owner's producer; once it does not, its
-    /// records are read again from the first one not applied.
-    pub(super) async fn still_draining(&mut self, p: i32) -> bool {
+    /// Whether `p` still waits for its previous owner's producer, given the drain mark
+    /// `read` (`None`: not read or not answered); once it does not, its records are read
+    /// again from the first one not applied.
+    pub(super) fn still_draining(&mut self, p: i32, read: Option<bool>) -> bool {
         let Some(since) = self.owned.get(&p).and_then(|o| o.draining) else {
             return false;
         };
-        let read = self.tasks.store.draining(p);
-        if !matches!(tokio::time::timeout(READ, read).await, Ok(Ok(false))) {
+        if read != Some(false) {
             return true;
         }
         let waited_ms = since.elapsed().as_millis() as u64;

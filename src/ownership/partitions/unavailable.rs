@@ -18,6 +18,13 @@ pub(super) struct Unavailable {
     retry_at: Instant,
 }
 
+impl Unavailable {
+    /// Whether it is to be tried again at `now`.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.retry_at <= now
+    }
+}
+
 impl Partitions {
     /// Why partition `p` of the state topic cannot be read, if it is missing; `None`
     /// when it exists, or when the broker cannot say now (the rebuild retries that).
@@ -58,7 +65,7 @@ impl Partitions {
     pub(super) async fn retry_unavailable(&mut self) -> bool {
         let now = Instant::now();
         let due: Vec<i32> = (self.unavailable.iter())
-            .filter(|(_, u)| u.retry_at <= now)
+            .filter(|(_, u)| u.due(now))
             .map(|(p, _)| *p)
             .collect();
         for p in due {

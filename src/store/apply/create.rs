@@ -64,9 +64,12 @@ impl Store {
         header: impl Fn(&Chunk) -> crate::store::scripts::Call<'a>,
     ) -> Result<Defs, StoreError> {
         let (mut defs, unknown) = self.known_defs(reqs, chunks)?;
-        for (p, (prefixes, chunk)) in unknown {
-            self.number_prefixes(p, prefixes, header(chunk)).await?;
-        }
+        // All partitions at once: one round trip, not one per partition.
+        let numbering: Vec<_> = unknown
+            .into_iter()
+            .map(|(p, (prefixes, chunk))| self.number_prefixes(p, prefixes, header(chunk)))
+            .collect();
+        futures::future::try_join_all(numbering).await?;
         for (&i, def) in defs.iter_mut().filter(|(_, d)| d.number.is_none()) {
             let base = self.keys(reqs[i].partition).base();
             let n = self.prefixes.number(&base, &def.bytes[..def.prefix]);
