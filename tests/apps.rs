@@ -1,6 +1,9 @@
 //! Per-application limits (`--applications`): one application's flood is delivered at its
 //! limit without delaying another's fires; intake over a limit is rejected with the limit
 //! in the reason; the file is read again on SIGHUP.
+//!
+//! The tests run one at a time ([`common::serial`]): the flood's promise is a lateness
+//! bound for the other application, measured without neighbours on the two cores.
 
 mod common;
 
@@ -25,8 +28,13 @@ fn of(app: &str, mut c: TimerCommand) -> TimerCommand {
     c
 }
 
+/// The promise: while application `flood`'s 20,000 fires of one second drain at its limit
+/// (2,000/s, about 10 s), application `quiet`'s fires, one every 100 ms, each go within
+/// 50 ms of due. Measured alone ([`common::serial`]): beside four other tests on two
+/// cores, CI saw 51 and 143 ms, the machine's share and not the pacing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_is_delivered_at_its_limit_and_another_application_fires_on_time() {
+    let _alone = common::serial().await;
     let file = apps_file("flood", "[applications.flood]\nfires_per_second = 2000\n");
     let env = TestEnv::new("flood", 2, &["--applications", &file]).await;
     let mut got = env.collect();
@@ -84,6 +92,7 @@ async fn a_flood_is_delivered_at_its_limit_and_another_application_fires_on_time
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commands_over_the_intake_limit_are_rejected_with_the_limit() {
+    let _alone = common::serial().await;
     let file = apps_file(
         "chatty",
         "[applications.chatty]\ncommands_per_second = 50\n",
@@ -134,6 +143,7 @@ async fn commands_over_the_intake_limit_are_rejected_with_the_limit() {
 /// were rejected as a burst from the past).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_whose_clock_is_behind_is_not_rate_limited_for_it() {
+    let _alone = common::serial().await;
     let file = apps_file(
         "skewed",
         "[applications.skewed]\ncommands_per_second = 100\n",
@@ -166,6 +176,7 @@ async fn a_producer_whose_clock_is_behind_is_not_rate_limited_for_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_applications_file_is_read_again_on_sighup() {
+    let _alone = common::serial().await;
     let file = apps_file("hup", "[applications.x]\ncallbacks = [\"nowhere.*\"]\n");
     let env = TestEnv::new("hup", 1, &["--applications", &file]).await;
     let cb = format!("{}.cb", env.name);
@@ -226,6 +237,7 @@ async fn the_applications_file_is_read_again_on_sighup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_application_at_its_pending_limit_is_rejected_until_timers_are_done() {
+    let _alone = common::serial().await;
     let file = apps_file("full", "[applications.full]\nmax_pending = 20\n");
     let env = TestEnv::new("full", 1, &["--applications", &file]).await;
     let mut got = env.collect();

@@ -16,9 +16,6 @@ use common::TestEnv;
 use ktimer::now_ms;
 use std::time::{Duration, Instant};
 
-/// One scenario at a time in this binary.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// What one scenario measured.
 #[derive(Debug)]
 struct Figures {
@@ -46,7 +43,7 @@ async fn distant(
     due_in: Duration,
     late_bound_ms: i64,
 ) -> Figures {
-    let _one = SERIAL.lock().await;
+    let _alone = common::serial().await;
     let w = World::start(name, false);
     let env = TestEnv::on(&w.servers(), name, partitions, &[]).await;
     let mut got = env.collect();

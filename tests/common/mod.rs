@@ -10,7 +10,8 @@
 //! - [`collected`]: what arrived on the fired and results topics;
 //! - [`commands`]: command builders; [`checker`]: the fault scenarios' one checker;
 //! - [`store`]: a store on its own prefix, for the store-level tests;
-//! - [`registry`]: a schema registry stand-in.
+//! - [`registry`]: a schema registry stand-in;
+//! - [`serial`]: one test at a time in a binary whose tests measure timings.
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
@@ -27,6 +28,14 @@ pub mod registry;
 pub mod servers;
 pub mod store;
 pub mod world;
+
+/// Makes the tests of a binary that all take it run one at a time: a test that measures
+/// lateness or throughput on two shared cores measures the promise, not its neighbours
+/// (`cargo test` runs the test binaries one after the other).
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
 
 pub use collected::{Collected, Fired};
 pub use commands::{cancel, cron, lifecycle, once_at, undeliverable};
