@@ -221,3 +221,41 @@ async fn a_fired_timer_is_tombstoned_by_its_head_and_a_live_cron_is_not_at_any_w
         "tombstones for the one-shots, states for the crons"
     );
 }
+
+/// Pages are bounded by bytes as well as by count: 300 timers of 8 kB each, asked for
+/// pages of up to 500 timers, come in pages of about `PAGE_BYTES` (before: one page of
+/// 2.4 MB, a call holding the partition's other calls), every timer answered once.
+#[tokio::test]
+async fn a_page_of_large_timers_is_bounded_by_bytes() {
+    let mut w = World::new("ckpt-bytes").await;
+    for i in 0..300 {
+        let mut c = once(&format!("big-{i}"), T0 + 600_000);
+        c.callback = Some(ktimer::command::Callback {
+            payload: vec![b'x'; 8 * 1024],
+            ..Default::default()
+        });
+        w.apply(c, T0).await;
+    }
+    let most = ktimer::store::PAGE_BYTES / (8 * 1024) + 1;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut pages = 0;
+    loop {
+        let p = page(&w, T0, 500, 0).await;
+        pages += 1;
+        assert!(
+            p.timers.len() <= most,
+            "a page of {} timers of 8 kB, over {} bytes",
+            p.timers.len(),
+            ktimer::store::PAGE_BYTES
+        );
+        for (id, _) in &p.timers {
+            assert!(seen.insert(id.clone()), "{id} answered twice");
+        }
+        if p.left == 0 {
+            break;
+        }
+        assert!(pages < 20, "the pages do not end");
+    }
+    assert_eq!(seen.len(), 300, "every timer answered");
+    assert!(pages >= 4, "{pages} pages");
+}

@@ -13,7 +13,8 @@
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix, 4 now ms, 5 most
 --       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
---       data, whose states must never reach the state topic: 'fenced')
+--       data, whose states must never reach the state topic: 'fenced'), 10 most bytes of
+--       timer states per page (the page ends once its answers reach them)
 -- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
 -- counter, applied offset (when the watermark was read), m, m in-flight members, then
 -- per timer: id, n, n field/value pairs}; left is the number of timers still dirty (a
@@ -141,12 +142,20 @@ local emit, emitted = {}, {}
 
 -- Answers timer `id` (fields `t`, nil when gone): its fields, a tombstone, or nothing
 -- (it ended before any state of it was written).
+-- `emit_bytes`: the bytes answered so far, which bound the page (ARGV[10]).
+local emit_bytes = 0
 local function answer(id, t)
   if emitted[id] then
     return
   end
   emitted[id] = true
+  local from = #emit + 1
   rec_state_answer(id, t, emit)
+  for i = from, #emit do
+    if type(emit[i]) == 'string' then
+      emit_bytes = emit_bytes + #emit[i]
+    end
+  end
 end
 
 -- A page whose records were not confirmed is answered again first.
@@ -161,15 +170,18 @@ local want = tonumber(ARGV[5]) - #leftover
 local held = {}
 if want > 0 then
   local page = redis.call('ZRANGE', KEYS[2], 0, want - 1, 'WITHSCORES')
-  -- The page is the dirty set's first members: removed by rank, in one call.
-  if #page > 0 then
-    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #page / 2 - 1)
-  end
+  -- Bytes bound the page too: it ends once its answers reach ARGV[10] (the member that
+  -- reaches them included), so large records make shorter calls, not larger ones.
+  local max_bytes, taken_members = tonumber(ARGV[10]) or math.huge, 0
   -- Taken into the pending set, deferred ((first offset, id) pairs) and no longer
   -- deferred: each written in one call at the end, not one per timer.
   local taken, by_first, undeferred = {}, {}, {}
   local writing = writing_set(KEYS[10])
   for i = 1, #page, 2 do
+    if emit_bytes >= max_bytes then
+      break
+    end
+    taken_members = taken_members + 1
     local id, first = page[i], page[i + 1]
     if writing[id] then
       held[#held + 1] = first
@@ -205,6 +217,11 @@ if want > 0 then
         end
       end
     end
+  end
+  -- The members taken are the dirty set's first ones: removed by rank, in one call
+  -- (nothing above changes the dirty set).
+  if taken_members > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[2], 0, taken_members - 1)
   end
   for j = 1, #held, 1000 do
     redis.call('ZADD', KEYS[11], 'LT', unpack(held, j, math.min(j + 999, #held)))

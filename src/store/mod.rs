@@ -67,7 +67,7 @@ pub use fresh::FreshState;
 pub use history::{EntryOutcome, HistoryEntry};
 pub use keys::Keys;
 pub use list::{ListFilter, TimerSummary};
-pub use state::{CheckpointPage, Restore, Restored};
+pub use state::{CheckpointPage, Restore, Restored, PAGE_BYTES};
 pub use view::{DeadLetters, Overdue, TimerView};
 
 use crate::retry::Retryable;

@@ -82,6 +82,11 @@ pub const DEFER_MS: i64 = 10_000;
 /// burst that drains late is not stuck.
 pub const DEFER_GRACE_MS: i64 = 5_000;
 
+/// Most bytes of timer states one checkpoint page answers (the page ends after the timer
+/// that reaches it, so one larger timer still goes): 500 timers of 8 kB would make pages
+/// of 4 MB and calls of 0.1-0.25 s that hold the partition's other calls.
+pub const PAGE_BYTES: usize = 512 * 1024;
+
 /// How many keys one wipe step asks SCAN for.
 const WIPE_PAGE: usize = 1000;
 
@@ -125,7 +130,8 @@ impl Store {
     }
 
     /// Takes one page of `partition`'s checkpoint at `now_ms`: up to `limits.0` changed
-    /// timers and up to `limits.1` in-flight members; fenced when Redis holds a checkpoint
+    /// timers (and about [`PAGE_BYTES`] of their states) and up to `limits.1` in-flight
+    /// members; fenced when Redis holds a checkpoint
     /// older than `floor`.
     pub async fn checkpoint_page(
         &self,
@@ -155,7 +161,8 @@ impl Store {
             .arg(max_in_flight)
             .arg(DEFER_MS)
             .arg(DEFER_GRACE_MS)
-            .arg(floor);
+            .arg(floor)
+            .arg(PAGE_BYTES);
         let mut p = redis::pipe();
         inv.add_to(&mut p);
         let (reply,): (Vec<Value>,) = self.run("checkpoint", &p).await?;
