@@ -90,6 +90,9 @@ pub struct Metrics {
     pub consumer_lag: IntGaugeVec,
     /// Time to handle one intake batch (decode, validate, apply, enqueue results), seconds.
     pub intake_batch: Histogram,
+    /// Commands a store script failed on every time, answered rejected and skipped, by
+    /// `application` (named in `--applications`, else other).
+    pub poisoned: IntCounterVec,
     /// Time to take the partitions of one assignment (new epochs, rebuilds) until their
     /// tasks start or wait for their replay, seconds.
     pub takeover: Histogram,
@@ -230,6 +233,12 @@ impl Metrics {
             .buckets(CALL_BUCKETS.to_vec()),
         )
         .expect("metric");
+        let poisoned = counter(
+            "poisoned_commands_total",
+            "Commands a store script failed on every time: answered rejected and skipped, by \
+             application (named in --applications, else other)",
+            &["application"],
+        );
         let takeover = Histogram::with_opts(
             HistogramOpts::new(
                 "takeover_seconds",
@@ -308,6 +317,7 @@ impl Metrics {
             Box::new(consumer_lag.clone()),
             Box::new(intake_batch.clone()),
             Box::new(takeover.clone()),
+            Box::new(poisoned.clone()),
             Box::new(redis_calls.clone()),
             Box::new(kafka_errors.clone()),
             Box::new(app_fires.clone()),
@@ -345,6 +355,7 @@ impl Metrics {
             consumer_lag,
             intake_batch,
             takeover,
+            poisoned,
             redis_calls,
             kafka_errors,
             redis_may_evict,

@@ -132,6 +132,10 @@ pub enum ApplyOutcome {
     Rejected,
     /// The partition's epoch moved: another instance owns it, nothing was applied.
     Fenced,
+    /// A store script failed on this command itself, the same way on every try (a record
+    /// it cannot read, a value it cannot handle): isolated from its batch, not applied,
+    /// answered rejected with the error.
+    Poisoned,
 }
 
 impl ApplyOutcome {
@@ -141,7 +145,7 @@ impl ApplyOutcome {
         match self {
             ApplyOutcome::Accepted => Some(Outcome::Accepted),
             ApplyOutcome::Duplicate => Some(Outcome::Duplicate),
-            ApplyOutcome::Rejected => Some(Outcome::Rejected),
+            ApplyOutcome::Rejected | ApplyOutcome::Poisoned => Some(Outcome::Rejected),
             ApplyOutcome::Fenced => None,
         }
     }
@@ -163,6 +167,20 @@ pub struct Applied {
 }
 
 impl Applied {
+    /// A command a store script failed on with `error`, every time ([`ApplyOutcome::Poisoned`]).
+    pub fn poisoned(error: &dyn std::fmt::Display) -> Applied {
+        Applied {
+            outcome: ApplyOutcome::Poisoned,
+            version: None,
+            state: None,
+            due_ms: None,
+            reason: format!(
+                "the store failed on this command, the same way on every try, so it was not \
+                 applied (the other commands of its partition were): {error}"
+            ),
+        }
+    }
+
     /// A command the store did not apply because the partition is fenced.
     pub fn fenced() -> Applied {
         Applied {

@@ -129,9 +129,8 @@ impl Intake {
             .counting(self.metrics.redis_errors.with_label_values(&["apply"]));
         let now = self.clock.now_ms();
         let task = tokio::spawn(async move {
-            let applied = retry
-                .forever(|| store.apply_writing(&batch.requests, &batch.marks, now))
-                .await;
+            let applied =
+                super::poison::apply(&store, &retry, &batch.requests, &batch.marks, now).await;
             (batch, applied)
         });
         InFlight {
@@ -164,6 +163,11 @@ impl Intake {
                 .and_then(|o| o.tasks.as_ref());
             if let (Some(r), ApplyOutcome::Accepted) = (running, a.outcome) {
                 wake(r, req, &a);
+            }
+            if a.outcome == ApplyOutcome::Poisoned {
+                let apps = self.limits.apps.current();
+                let app = apps.label(&req.application);
+                self.metrics.poisoned.with_label_values(&[app]).inc();
             }
             fill(&mut handled[slot].result, a);
         }

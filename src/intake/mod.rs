@@ -9,6 +9,8 @@
 //!   before; the next is revised (fenced partitions dropped, floors raised) before it
 //!   is applied, and anything that changes the partitions (rebalance, ownership check,
 //!   shutdown) first lands the batches in flight;
+//! - [`poison`]: a command that makes a store script fail on every try is isolated from
+//!   its batch (halving it) and answered rejected; the rest is applied;
 //! - [`states`]: the answer stage produces the state record of every timer the batch
 //!   changed (Redis answered them with the apply), then confirms them to Redis;
 //! - [`answer`]: enqueue one result record per command; a separate task waits until the
@@ -21,6 +23,7 @@
 
 mod answer;
 mod apply;
+mod poison;
 mod prepare;
 mod states;
 pub mod watch;

@@ -130,6 +130,39 @@ impl StoreError {
     pub fn is_fenced(&self) -> bool {
         matches!(self, StoreError::Fenced(_))
     }
+
+    /// Whether a script failed on its input: Redis answered an error raised while one of
+    /// ktimer's functions ran (a Lua error, or a command the script called refusing its
+    /// arguments), which the same call meets on every try. Redis refusing for now (out
+    /// of memory, not persisting, busy, loading, a cluster moving) and connection trouble
+    /// are not: those are retried.
+    pub fn is_poison(&self) -> bool {
+        let StoreError::Redis(e) = self else {
+            return false;
+        };
+        const FOR_NOW: [&str; 8] = [
+            "OOM",
+            "MISCONF",
+            "BUSY",
+            "LOADING",
+            "NOREPLICAS",
+            "NOSCRIPT",
+            "READONLY",
+            "TRYAGAIN",
+        ];
+        if self.is_retryable() {
+            return false;
+        }
+        // One error, or a pipeline's: every call that failed failed in a function.
+        let Some(errors) = e.clone().into_server_errors() else {
+            return false;
+        };
+        !errors.is_empty()
+            && errors.iter().all(|(_, s)| {
+                !FOR_NOW.contains(&s.code())
+                    && s.details().is_some_and(|d| d.contains("@user_function"))
+            })
+    }
 }
 
 /// The layout version of the keys this code writes (`keys::Keys::format`). A partition
