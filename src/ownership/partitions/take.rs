@@ -223,15 +223,7 @@ impl Partitions {
         }
         let (consumer, topic) = (self.consumer.clone(), self.topic.clone());
         let asked = tokio::task::spawn_blocking(move || {
-            let mut tpl = rdkafka::TopicPartitionList::new();
-            ps.iter().for_each(|&p| {
-                tpl.add_partition(&topic, p);
-            });
-            let committed = consumer.committed_offsets(tpl, Duration::from_secs(5)).ok();
-            let committed_of = |p| match committed.as_ref()?.find_partition(&topic, p)?.offset() {
-                Offset::Offset(n) => Some(n),
-                _ => None,
-            };
+            let committed = committed_offsets(&*consumer, &topic, &ps);
             let last_of = |p| match consumer.fetch_watermarks(&topic, p, Duration::from_secs(5)) {
                 Ok((_, high)) => (high > 0).then_some(high - 1),
                 Err(e) => {
@@ -245,7 +237,7 @@ impl Partitions {
                         p,
                         Position {
                             last: last_of(p),
-                            committed: committed_of(p),
+                            committed: committed.get(&p).copied(),
                         },
                     )
                 })
@@ -256,17 +248,30 @@ impl Partitions {
 
     /// The group's committed offset of partition `p`, if it has one.
     pub(super) fn committed(&self, p: i32) -> Option<i64> {
-        let mut tpl = rdkafka::TopicPartitionList::new();
-        tpl.add_partition(&self.topic, p);
-        let c = self
-            .consumer
-            .committed_offsets(tpl, Duration::from_secs(5))
-            .ok()?;
-        match c.find_partition(&self.topic, p)?.offset() {
-            Offset::Offset(n) => Some(n),
-            _ => None,
-        }
+        committed_offsets(&*self.consumer, &self.topic, &[p]).remove(&p)
     }
+}
+
+/// The group's committed offsets of partitions `ps` of `topic`, in one call (blocking);
+/// a partition without one is absent.
+fn committed_offsets<C: Consumer<super::IntakeContext>>(
+    consumer: &C,
+    topic: &str,
+    ps: &[i32],
+) -> HashMap<i32, i64> {
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for &p in ps {
+        tpl.add_partition(topic, p);
+    }
+    let Ok(c) = consumer.committed_offsets(tpl, Duration::from_secs(5)) else {
+        return HashMap::new();
+    };
+    (c.elements_for_topic(topic).iter())
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(n) => Some((e.partition(), n)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Where the broker has a partition of the commands topic.
