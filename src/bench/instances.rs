@@ -108,6 +108,8 @@ impl Instances {
             node: "ktimer".into(),
             used_memory: 0,
             cpu_s: self.running.iter().map(|i| cpu_s(i.child.id())).sum(),
+            keyspace_calls: 0,
+            fcalls: 0,
         })
     }
 

@@ -352,6 +352,7 @@ async fn fire_phase(
         fire_lateness_ms: Percentiles::of(&fires.fire_lateness),
         delivery_lateness_ms: Percentiles::of(&fires.delivery_lateness),
         redis_cpu: nodes::cpu_between(&before, &after, fires.unique, elapsed_ms),
+        redis_calls: nodes::calls_between(&before, &after, fires.unique),
         ktimer_cpu: own_cpu(env, ktimer_before, fires.unique, elapsed_ms),
         redis_by_script,
         peak_rss_mb: env.instances.peak_rss_mb(),

@@ -17,6 +17,11 @@ pub struct Sample {
     /// `used_cpu_sys + used_cpu_user`, seconds, less the time of the bench's own
     /// `SLOWLOG` reads ([`super::scripts`]; see [`work_cpu_s`]).
     pub cpu_s: f64,
+    /// Keyspace commands run so far (`INFO commandstats`: those the functions call and
+    /// those sent directly; see [`keyspace_calls`]).
+    pub keyspace_calls: u64,
+    /// Function calls (`FCALL`) so far.
+    pub fcalls: u64,
 }
 
 /// One primary's CPU over a phase.
@@ -59,6 +64,11 @@ impl Nodes {
                 node,
                 used_memory: info_field(&text, "used_memory") as u64,
                 cpu_s: work_cpu_s(&text),
+                keyspace_calls: keyspace_calls(&text),
+                fcalls: command_calls(&text)
+                    .filter(|(c, _)| *c == "fcall")
+                    .map(|(_, n)| n)
+                    .sum(),
             });
         }
         out.sort_by(|a, b| a.node.cmp(&b.node));
@@ -127,6 +137,66 @@ fn work_cpu_s(text: &str) -> f64 {
         .and_then(|v| v.trim().parse::<f64>().ok())
         .unwrap_or(0.0);
     info_field(text, "used_cpu_sys") + info_field(text, "used_cpu_user") - slowlog_us / 1e6
+}
+
+/// Commands that touch no key of ktimer's: the functions' own calls, and what clients
+/// and the bench ask of the server.
+const NOT_KEYSPACE: [&str; 19] = [
+    "fcall", "fcall_ro", "eval", "evalsha", "function", "info", "slowlog", "config", "client",
+    "ping", "hello", "cluster", "command", "select", "auth", "readonly", "latency", "memory",
+    "dbsize",
+];
+
+/// `(command, calls)` of each `cmdstat_` line of an `INFO commandstats` reply (a
+/// subcommand counts as its command: `client|setname` is `client`).
+fn command_calls(text: &str) -> impl Iterator<Item = (&str, u64)> {
+    text.lines().filter_map(|l| {
+        let (name, stats) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+        let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+        Some((name.split('|').next()?, calls.trim().parse().ok()?))
+    })
+}
+
+/// The keyspace commands of an `INFO commandstats` reply: every command but
+/// [`NOT_KEYSPACE`] (Redis counts the commands a function runs, one by one).
+fn keyspace_calls(text: &str) -> u64 {
+    command_calls(text)
+        .filter(|(c, _)| !NOT_KEYSPACE.contains(c))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+/// Keyspace commands and function calls per one of `items` between two samples (all
+/// primaries together).
+pub fn calls_between(before: &[Sample], after: &[Sample], items: usize) -> Calls {
+    let sum = |s: &[Sample], f: fn(&Sample) -> u64| s.iter().map(f).sum::<u64>();
+    let per = |f: fn(&Sample) -> u64| {
+        let n = sum(after, f).saturating_sub(sum(before, f)) as f64;
+        (n / items.max(1) as f64 * 100.0).round() / 100.0
+    };
+    Calls {
+        keyspace_per_item: per(|s| s.keyspace_calls),
+        fcalls_per_item: per(|s| s.fcalls),
+    }
+}
+
+/// Redis commands per item of a phase (fire or command).
+#[derive(Debug, Clone, Serialize)]
+pub struct Calls {
+    /// Keyspace commands (`redis.call`s of the functions, and direct ones) per item.
+    pub keyspace_per_item: f64,
+    /// Function calls per item.
+    pub fcalls_per_item: f64,
+}
+
+impl Calls {
+    /// `K keyspace ops, F calls per ITEM`.
+    pub fn line(&self, item: &str) -> String {
+        format!(
+            "{:.2} keyspace operations and {:.3} function calls per {item}",
+            self.keyspace_per_item, self.fcalls_per_item
+        )
+    }
 }
 
 /// The part of `key` Redis Cluster hashes: between the first `{` and the next `}`.
@@ -217,6 +287,9 @@ mod tests {
         );
         let without = "used_cpu_sys:1.5\r\nused_cpu_user:2.25\r\n";
         assert!((work_cpu_s(without) - 3.75).abs() < 1e-9);
+        let stats = "cmdstat_get:calls=7,usec=1\r\ncmdstat_fcall:calls=2,usec=9\r\n\
+                     cmdstat_client|setname:calls=1,usec=1\r\ncmdstat_zadd:calls=3,usec=2\r\n";
+        assert_eq!(keyspace_calls(stats), 10);
     }
 
     #[test]
@@ -225,6 +298,8 @@ mod tests {
             node: node.into(),
             used_memory: 0,
             cpu_s,
+            keyspace_calls: 0,
+            fcalls: 0,
         };
         let cpu = cpu_between(&[s("a", 1.0)], &[s("a", 1.5)], 1_000, 1_000.0);
         assert_eq!(cpu[0].cpu_ms, 500.0);

@@ -75,6 +75,8 @@ pub struct FireReport {
     /// CPU of each Redis primary from the last command answered to the last fire, per
     /// timer fired.
     pub redis_cpu: Vec<NodeCpu>,
+    /// Redis commands over the same span, per timer fired.
+    pub redis_calls: nodes::Calls,
     /// CPU of the started ktimer instances over the same span, per timer fired.
     pub ktimer_cpu: Option<NodeCpu>,
     /// Redis's execution time per script family over the same span, per timer fired.
@@ -336,6 +338,7 @@ impl Report {
             nodes::cpu_line(&f.redis_cpu),
             nodes::own_line(&f.ktimer_cpu)
         );
+        let _ = writeln!(s, "         Redis {}", f.redis_calls.line("fire"));
         if let Some(b) = &f.redis_by_script {
             let _ = writeln!(s, "         Redis µs per fire by script: {}", b.line());
         }
