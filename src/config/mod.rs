@@ -207,6 +207,11 @@ pub struct RunArgs {
     /// Claim fires this many ms before they are due, then wait for the due ms in memory.
     #[arg(long, env = "KTIMER_CLAIM_AHEAD_MS", default_value_t = 100)]
     pub claim_ahead_ms: i64,
+    /// Acknowledge delivered fires in Redis this many ms after the first of a batch was
+    /// delivered (at once when a claim's worth waits): fewer, fuller calls at a steady
+    /// rate; a crash may deliver fires of the last this-many ms again.
+    #[arg(long, env = "KTIMER_ACK_EVERY_MS", default_value_t = 10)]
+    pub ack_every_ms: i64,
     /// Most fires claimed from Redis in one call.
     #[arg(long, env = "KTIMER_CLAIM_BATCH", default_value_t = 2000)]
     pub claim_batch: usize,

@@ -58,7 +58,7 @@ impl Trigger {
             return;
         }
         let now = self.clock.now_ms();
-        let acks = !self.acks.is_empty();
+        let acks = self.ack_at() <= now;
         if !self.parked.is_empty() {
             let apps = self.cfg.apps.current();
             if paced::refill_due(&apps, self.cfg.partitions, &self.held, &self.parked) {

@@ -74,7 +74,7 @@ impl Trigger {
             let fire = &pending.fire;
             if self.gate.blocks(&fire.timer_id, fire.version) {
                 self.m.stale.inc();
-                self.acks.push(Ack::Dropped(pending.fire.member));
+                self.push_ack(Ack::Dropped(pending.fire.member));
                 continue;
             }
             let (pending, at) = self.pace(pending, now);
@@ -208,12 +208,12 @@ impl Trigger {
                         .with_label_values(&[label, "delivered"])
                         .inc();
                 }
-                self.acks.push(produced_ack(pending, None));
+                self.push_ack(produced_ack(pending, None));
             }
             (Ok(()), Some(why)) => {
                 self.m.dead_lettered.inc();
                 let why: String = why.chars().filter(|c| *c != '\n').take(500).collect();
-                self.acks.push(produced_ack(pending, Some(&why)));
+                self.push_ack(produced_ack(pending, Some(&why)));
             }
             (Err(e), _) => self.failed(pending, e),
         }

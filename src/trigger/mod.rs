@@ -63,6 +63,8 @@ pub struct TriggerConfig {
     pub claim_ahead_ms: i64,
     /// Most fires claimed in one Redis call.
     pub claim_batch: usize,
+    /// Delivered fires wait this long for their acknowledgement to be sent with others.
+    pub ack_every_ms: i64,
     /// Longest sleep without a wake-up (a safety net, not a polling interval).
     pub max_idle_ms: i64,
     /// Delays between delivery attempts of a fire.
@@ -94,6 +96,7 @@ impl From<&RunArgs> for TriggerConfig {
         TriggerConfig {
             claim_ahead_ms: a.claim_ahead_ms,
             claim_batch: a.claim_batch,
+            ack_every_ms: a.ack_every_ms.max(0),
             max_idle_ms: a.max_idle_ms,
             delivery_backoff: Backoff {
                 base: ms(a.retry_base_ms),

@@ -14,25 +14,40 @@ pub(super) fn next_claim(now_ms: i64, ahead_ms: i64, next_due: Option<i64>, full
     }
 }
 
-/// When the trigger must look again: the planned claim, the next send, or `max_idle_ms`
-/// from now, whichever comes first; now if acknowledgements are waiting.
+/// Acknowledgements waiting that make a call go at once, whatever their age (a claim's
+/// worth: a burst acknowledges as fast as Redis answers).
+pub(super) const ACK_FULL: usize = 1_000;
+
+/// When the `n` acknowledgements waiting since `since_ms` go to Redis: `every_ms` after
+/// the first (so a steady stream is acknowledged in batches, not one call per answer
+/// of the broker), at once when [`ACK_FULL`] wait, never when none do.
+pub(super) fn ack_at(since_ms: i64, n: usize, every_ms: i64) -> i64 {
+    match n {
+        0 => i64::MAX,
+        n if n >= ACK_FULL => since_ms,
+        _ => since_ms.saturating_add(every_ms),
+    }
+}
+
+/// When the trigger must look again: the planned claim, the next send, the
+/// acknowledgements' time ([`ack_at`]), or `max_idle_ms` from now, whichever comes first.
 pub(super) fn wake_at(
     now_ms: i64,
     claim_at: i64,
     send_at: Option<i64>,
     max_idle_ms: i64,
-    acks_waiting: bool,
+    ack_at: i64,
 ) -> i64 {
-    if acks_waiting {
-        return now_ms;
-    }
     let idle = now_ms.saturating_add(max_idle_ms);
-    claim_at.min(send_at.unwrap_or(i64::MAX)).min(idle)
+    claim_at
+        .min(send_at.unwrap_or(i64::MAX))
+        .min(idle)
+        .min(ack_at)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{next_claim, wake_at};
+    use super::{ack_at, next_claim, wake_at, ACK_FULL};
 
     #[test]
     fn a_steady_stream_is_claimed_half_a_window_at_a_time() {
@@ -56,17 +71,31 @@ mod tests {
 
     #[test]
     fn the_trigger_looks_again_at_the_first_thing_due() {
-        assert_eq!(wake_at(1_000, 1_500, Some(1_200), 5_000, false), 1_200);
-        assert_eq!(wake_at(1_000, 1_100, Some(1_200), 5_000, false), 1_100);
+        let none = i64::MAX;
+        assert_eq!(wake_at(1_000, 1_500, Some(1_200), 5_000, none), 1_200);
+        assert_eq!(wake_at(1_000, 1_100, Some(1_200), 5_000, none), 1_100);
         assert_eq!(
-            wake_at(1_000, i64::MAX, None, 5_000, false),
+            wake_at(1_000, i64::MAX, None, 5_000, none),
             6_000,
             "idle safety net"
         );
         assert_eq!(
-            wake_at(1_000, i64::MAX, None, 5_000, true),
-            1_000,
+            wake_at(1_000, 1_500, Some(1_200), 5_000, 1_010),
+            1_010,
             "acks first"
         );
+    }
+
+    #[test]
+    fn acknowledgements_wait_for_company_unless_a_claims_worth_waits() {
+        assert_eq!(ack_at(1_000, 0, 10), i64::MAX, "nothing to acknowledge");
+        assert_eq!(ack_at(1_000, 1, 10), 1_010);
+        assert_eq!(ack_at(1_000, ACK_FULL - 1, 10), 1_010);
+        assert_eq!(
+            ack_at(1_000, ACK_FULL, 10),
+            1_000,
+            "a full batch goes at once"
+        );
+        assert_eq!(ack_at(1_000, 5, 0), 1_000, "0: every answer at once");
     }
 }

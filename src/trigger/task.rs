@@ -4,7 +4,7 @@ use super::budget::Held;
 use super::calls::{finished, Call, Done};
 use super::fence::{self, Fence};
 use super::lease::Lease;
-use super::plan::wake_at;
+use super::plan::{ack_at, wake_at};
 use super::ready::{Pending, Ready};
 use super::{Gate, TriggerConfig, Wake};
 use crate::clock::Clock;
@@ -76,6 +76,8 @@ pub(super) struct Trigger {
     pub sending: FuturesUnordered<Sending>,
     /// Members delivered and not yet acknowledged in Redis.
     pub acks: Vec<Ack>,
+    /// When the first of `acks` was pushed, Unix ms ([`super::plan::ack_at`]).
+    pub acks_since_ms: i64,
     pub m: Handles,
     pub lease: Lease,
     /// Whether the producer answers its fires (no claims, and a drain mark, while not).
@@ -143,6 +145,7 @@ impl Trigger {
             ready: Ready::default(),
             sending: FuturesUnordered::new(),
             acks: Vec::new(),
+            acks_since_ms: 0,
             undeliverable: 0,
             recovered: false,
             held: Held::new(budget),
@@ -207,6 +210,20 @@ impl Trigger {
             self.ready.push(pending.fire.due_ms, pending);
         }
         self.in_flight_gauge();
+    }
+
+    /// Queues the acknowledgement of a fire delivered (or dropped); it goes to Redis with
+    /// the others at [`Trigger::ack_at`].
+    pub(super) fn push_ack(&mut self, ack: Ack) {
+        if self.acks.is_empty() {
+            self.acks_since_ms = self.clock.now_ms();
+        }
+        self.acks.push(ack);
+    }
+
+    /// When the acknowledgements waiting go to Redis, Unix ms (never when none wait).
+    pub(super) fn ack_at(&self) -> i64 {
+        ack_at(self.acks_since_ms, self.acks.len(), self.cfg.ack_every_ms)
     }
 
     pub(super) fn in_flight_gauge(&self) {
@@ -287,7 +304,7 @@ impl Trigger {
                 },
                 self.ready.next_at(),
                 self.cfg.max_idle_ms,
-                idle && !self.acks.is_empty(),
+                if idle { self.ack_at() } else { i64::MAX },
             )
         };
         let clock = self.clock.clone();
