@@ -51,7 +51,8 @@ pub struct Metrics {
     pub commands: IntCounterVec,
     /// Fires, by `outcome` (delivered, retried, dead_lettered; stale: dropped before
     /// delivery because a later command changed the timer; vanished: due, but the timer's
-    /// record was gone from Redis: lost).
+    /// record was gone from Redis: lost; poisoned: delivered, but its acknowledgement made
+    /// the store fail every time: forgotten).
     pub fires: IntCounterVec,
     /// Lateness of fires: produce time minus due time, seconds.
     pub fire_lateness: Histogram,

@@ -81,3 +81,94 @@ async fn a_command_the_store_fails_on_is_rejected_and_its_partition_goes_on() {
     );
     svc.stop().await;
 }
+
+/// A fire whose acknowledgement the store fails on every time: timer "victim"'s record is
+/// replaced by bytes no function can read after the trigger claimed it (so it fires) and
+/// before its acknowledgement, among 500 good timers due around it on the same
+/// partition. The fires acknowledged with it must be acknowledged, the victim forgotten
+/// and counted, and the partition must go on (before: the victim stayed in flight for
+/// ever, and every later acknowledgement call of the partition failed with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_whose_acknowledgement_the_store_fails_on_is_forgotten_and_its_partition_goes_on() {
+    let env = TestEnv::new("poison-ack", 1, &[]).await;
+    let mut got = env.collect();
+    let keys = ktimer::store::Keys::new(&env.args.redis_prefix, &env.args.kafka.commands_topic, 0);
+    let client = redis::Client::open(env.args.redis_url.as_str()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let svc = env.start().await;
+    let first_due = now_ms() + 5_000;
+    let victim_due = first_due + 250;
+    let mut expected: Expected = (0..500)
+        .map(|i| (format!("good-{i}"), first_due + i as i64))
+        .collect();
+    expected.insert("victim".into(), victim_due);
+    let cmds: Vec<_> = expected
+        .iter()
+        .map(|(id, due)| once_at(id, *due, "x"))
+        .collect();
+    env.send_many(&cmds).await;
+    let results = got.results(cmds.len(), Duration::from_secs(30)).await;
+    assert!(results.iter().all(|r| r.outcome == Outcome::Accepted));
+
+    // Claimed (in flight, about 100 ms before its due): its record goes bad now.
+    let in_flight = |r: &mut redis::aio::MultiplexedConnection| {
+        let mut r = r.clone();
+        let key = keys.inflight();
+        async move {
+            let members: Vec<String> = redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut r)
+                .await
+                .unwrap();
+            members
+        }
+    };
+    loop {
+        let members = in_flight(&mut redis).await;
+        if members.iter().any(|m| m.ends_with(":victim")) {
+            break;
+        }
+        assert!(now_ms() < victim_due, "the victim was never seen in flight");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let () = redis::cmd("SET")
+        .arg(keys.timer("victim"))
+        .arg("not a timer record")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(now_ms() < victim_due, "the record went bad before the fire");
+
+    let fires = gather(
+        &mut got,
+        &expected,
+        Duration::from_secs(30),
+        Duration::from_secs(3),
+    )
+    .await;
+    let bounds = Bounds {
+        duplicates: 0,
+        lateness_ms: 1_000,
+    };
+    check(
+        "a fire whose acknowledgement fails among 500",
+        &expected,
+        &fires,
+        &bounds,
+    );
+    // Nothing stays in flight: the fires acknowledged with the victim were acknowledged.
+    let deadline = now_ms() + 10_000;
+    loop {
+        let left = in_flight(&mut redis).await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(now_ms() < deadline, "still in flight: {left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let counted = svc.metric("ktimer_fires_total{outcome=\"poisoned\"}");
+    assert_eq!(counted, Some(1.0), "the forgotten fire is counted");
+    svc.stop().await;
+}

@@ -6,7 +6,7 @@
 -- `!member\tfired ms\tattempt\nreason` when it went to the dead-letter topic instead of
 -- its callback topic after its delivery attempts ran out: a one-shot timer becomes
 -- dead_lettered; a cron timer counts it (`dl`, last one's due `dlr`, reason `dlx`) and
--- goes on. Every timer whose fields change is added to the dirty set (the next checkpoint
+-- goes on; `#member` forgets a fire whose acknowledgement fails every time. Every timer whose fields change is added to the dirty set (the next checkpoint
 -- writes its state, or its tombstone).
 -- A one-shot timer whose state was never written owes nothing: it only leaves the
 -- deferred set.
@@ -28,8 +28,9 @@ local n = 0
 -- Members to remove from the in-flight set, timers to add to the dirty set and to
 -- remove from the deferred set: each list written in one call at the end.
 local gone, dirty, undefer = {}, {}, {}
-for i = 6, #ARGV do
-  local member, reason, fire = ARGV[i], nil, nil
+-- Acknowledges one line (see the top).
+local function ack_line(line)
+  local member, reason, fire = line, nil, nil
   local dead = string.byte(member, 1) == 33
   if dead then
     local nl = string.find(member, '\n', 2, true)
@@ -49,7 +50,7 @@ for i = 6, #ARGV do
   if a and not reason and not a[REC_K] and a[REC_ST] == 1 and a[REC_V] == ver then
     -- A one-shot timer delivered (the hot path): fired, without a field table.
     if a[REC_P] then
-      dirty[#dirty + 1] = 'inf'
+      dirty[#dirty + 1] = REC_TOMB
       dirty[#dirty + 1] = id
     else
       undefer[#undefer + 1] = id
@@ -87,6 +88,21 @@ for i = 6, #ARGV do
     -- Produced for a version since changed (or a timer done meanwhile): history only
     -- (once: an acknowledgement sent again finds the member gone).
     rec_put(id, t)
+  end
+end
+
+for i = 6, #ARGV do
+  if string.byte(ARGV[i], 1) == 35 then
+    -- '#member': a fire whose acknowledgement made this function fail every time (its
+    -- record cannot be read): it leaves the in-flight set, and its timer the deferred
+    -- and dirty sets (nothing more can be written of it), untouched otherwise.
+    local member = string.sub(ARGV[i], 2)
+    local id = string.match(member, '^[^:]*:[^:]*:(.*)$')
+    gone[#gone + 1] = member
+    undefer[#undefer + 1] = id
+    redis.call('ZREM', KEYS[4], id)
+  else
+    ack_line(ARGV[i])
   end
 end
 for i = 1, #gone, 1000 do

@@ -25,23 +25,29 @@ pub enum Ack {
     },
     /// Produced, its done record built by ktimer.
     Swap(Swap),
+    /// Forgotten: its acknowledgement makes the store fail every time (a record no
+    /// function can read). The member leaves the in-flight set and its timer the
+    /// deferred and dirty sets; nothing else is touched (`ack.lua`).
+    Forget(String),
 }
 
 impl Ack {
     /// The in-flight member it acknowledges.
     pub fn member(&self) -> &str {
         match self {
-            Ack::Dropped(m) | Ack::Produced { member: m, .. } => m,
+            Ack::Dropped(m) | Ack::Forget(m) | Ack::Produced { member: m, .. } => m,
             Ack::Swap(s) => &s.member,
         }
     }
 
-    /// The line `ack.lua` reads: `member`, `member\tfired\tattempt`, or
-    /// `!member\tfired\tattempt\nreason` for a dead letter. (Timer ids hold no control
-    /// characters; a reason holds no newline.)
+    /// The line `ack.lua` reads: `member`, `member\tfired\tattempt`,
+    /// `!member\tfired\tattempt\nreason` for a dead letter, or `#member` to forget it.
+    /// (Timer ids hold no control characters; a reason holds no newline; a member starts
+    /// with its version: a digit or `-`.)
     pub fn line(&self) -> String {
         let (member, fired_ms, attempt, dead) = match self {
             Ack::Dropped(m) => return m.clone(),
+            Ack::Forget(m) => return format!("#{m}"),
             Ack::Produced {
                 member,
                 fired_ms,
@@ -181,5 +187,10 @@ mod tests {
         let dead = produced(Some("too large"));
         assert_eq!(dead.line(), "!1:5:t\t9\t2\ntoo large");
         assert_eq!(dead.member(), "1:5:t");
+        let forget = Ack::Forget("1:5:t".into());
+        assert_eq!(
+            (forget.line().as_str(), forget.member()),
+            ("#1:5:t", "1:5:t")
+        );
     }
 }

@@ -8,9 +8,9 @@
 //! finished; a call that failed leaves the task as a failed awaited call did (members to
 //! acknowledge kept, the in-flight set read again after a claim whose outcome is unknown).
 
-use super::paced;
 use super::plan::next_claim;
 use super::task::Trigger;
+use super::{paced, poison};
 use crate::store::{Ack, ClaimWindow, StoreError};
 use crate::timer::Claimed;
 use std::future::Future;
@@ -32,6 +32,8 @@ pub(super) enum Done {
         members: Vec<Ack>,
         issued: Instant,
         result: Result<i64, StoreError>,
+        /// Members forgotten: their acknowledgement failed every time ([`poison`]).
+        poisoned: Vec<String>,
     },
     /// Claimed what was due within the claim window from `now_ms`.
     Claimed {
@@ -87,11 +89,12 @@ impl Trigger {
         let (store, p, epoch) = (self.store.clone(), self.partition, self.epoch);
         let issued = self.lease.issue();
         Box::pin(async move {
-            let result = store.ack(p, epoch, &members).await;
+            let acked = poison::ack(&store, p, epoch, &members).await;
             Done::Acked {
                 members,
                 issued,
-                result,
+                result: acked.result,
+                poisoned: acked.poisoned,
             }
         })
     }
@@ -132,7 +135,9 @@ impl Trigger {
                 mut members,
                 issued,
                 result,
+                poisoned,
             } => {
+                self.m.poisoned.inc_by(poisoned.len() as u64);
                 if let Err(e) = result {
                     // Acknowledged again with the next call (an acknowledgement is idempotent).
                     members.append(&mut self.acks);

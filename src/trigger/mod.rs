@@ -24,8 +24,9 @@
 //! stopped answering: no claims, and the next owner waits for what it holds),
 //! [`budget`] (the bound on held fires), `paced` (the quotas of paced applications),
 //! `ready` (fires waiting for their send time), `delivery` (send, retry or dead letter),
-//! `calls` (claims and acknowledgements beside the sending), `recover` (the take-over of
-//! the in-flight set), `task` (the loop).
+//! `calls` (claims and acknowledgements beside the sending), `poison` (an acknowledgement
+//! the store fails on every time, isolated), `recover` (the take-over of the in-flight
+//! set), `task` (the loop).
 
 pub mod budget;
 mod calls;
@@ -35,6 +36,7 @@ pub mod gate;
 pub mod lease;
 mod paced;
 mod plan;
+mod poison;
 mod ready;
 mod recover;
 mod task;

@@ -38,6 +38,7 @@ pub(super) struct Handles {
     pub stale: IntCounter,
     pub dead_lettered: IntCounter,
     pub vanished: IntCounter,
+    pub poisoned: IntCounter,
     pub lateness: Histogram,
     pub kafka_errors: IntCounter,
 }
@@ -53,6 +54,7 @@ impl Handles {
             stale: m.fires.with_label_values(&["stale"]),
             dead_lettered: m.fires.with_label_values(&["dead_lettered"]),
             vanished: m.fires.with_label_values(&["vanished"]),
+            poisoned: m.fires.with_label_values(&["poisoned"]),
             lateness: m.fire_lateness.clone(),
             kafka_errors: m.kafka_errors.with_label_values(&["fire"]),
         }
