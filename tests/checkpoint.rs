@@ -117,6 +117,43 @@ async fn a_page_of_fired_timers_answers_tombstones_for_the_written_ones_only() {
     assert_eq!(page.left, 0);
 }
 
+/// A written timer that fired owes its tombstone, which a page answers without reading
+/// the timer; created again after the fire, with the intake writing its new state
+/// itself, it must be answered whole: a tombstone after its new state would delete the
+/// new timer from the state topic (and from every rebuild).
+#[tokio::test]
+async fn a_timer_created_again_and_written_by_the_intake_is_not_tombstoned() {
+    let mut w = World::new("ckpt-tomb-again").await;
+    for id in ["w1", "again"] {
+        w.apply(once(id, T0 + 20_000), T0).await;
+    }
+    assert_eq!(page(&w, T0 + 100, 100, 100).await.timers.len(), 2);
+    let claimed = w.claim(T0 + 20_000, T0 + 20_000).await;
+    let acks = delivered(&claimed, T0 + 20_001);
+    assert_eq!(acks.len(), 2, "both fired");
+    w.store.ack(0, w.epoch, &acks).await.expect("ack");
+    // Created again, its state written by the intake (and confirmed) before the page.
+    let req = w.request(once("again", T0 + 90_000), T0 + 20_002);
+    let (_, _, entries) = w
+        .store
+        .apply_writing(&[req], &[], T0 + 20_002)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1, "the intake writes its state");
+    w.store
+        .written((0, w.epoch), true, entries[0].first)
+        .await
+        .unwrap();
+
+    let page = page(&w, T0 + 20_100, 100, 100).await;
+    assert_eq!(
+        ids(&page),
+        vec![("again", true), ("w1", false)],
+        "a tombstone for w1; again answered whole, never a tombstone"
+    );
+    assert_eq!(page.left, 0);
+}
+
 /// A checkpoint gets past dirty timers whose earlier state the intake is still writing:
 /// they wait aside (not answered, their commands not reflected) until the write is
 /// confirmed, while the timers behind them are written and the checkpoint completes.

@@ -76,9 +76,10 @@ local OPS = {create = 1, update = 1, pause = 1, resume = 1, cancel = 1, fire = 1
 local out = {}
 -- top: the highest offset of the batch, as its decimal string (tonumber costs two
 -- strtod). deferred: set by a create whose timer is deferred rather than dirty. existed:
--- set by each command, whether Redis held a record of its timer before it. paced_app: the
--- application of the command being applied when its fires are paced, else nil.
-local top, deferred, existed, paced_app = nil, false, false, nil
+-- set by each command, whether Redis held a record of its timer before it (was_done: a
+-- done one). paced_app: the application of the command being applied when its fires are
+-- paced, else nil.
+local top, deferred, existed, was_done, paced_app = nil, false, false, false, nil
 local soon = tonumber(ARGV[5]) + tonumber(ARGV[6])
 
 -- Adds `member`, due `d` (a string; `nd` the same as a number, when known), to its slice
@@ -164,6 +165,7 @@ local function apply_one(a)
   local t = rec_get(id)
   local noff = t and tonumber(off)
   existed = t ~= nil
+  was_done = t ~= nil and REC_TERMINAL[t.st] == true
   if not OPS[op] then
     return 'rejected', 'unknown operation ' .. op, t
   end
@@ -343,6 +345,11 @@ while a <= #ARGV do
       if existed then
         -- Written now: a deferral of an earlier command no longer holds the checkpoint.
         redis.call('ZREM', KEYS[7], id)
+        if was_done then
+          -- A done timer's tombstone owed unread (REC_TOMB, record.lua) no longer holds:
+          -- the timer is read when the checkpoint answers it.
+          redis.call('ZADD', KEYS[6], 'XX', 'LT', ARGV[a], id)
+        end
       end
     else
       dirty[#dirty + 1] = ARGV[a]

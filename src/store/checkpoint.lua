@@ -29,6 +29,9 @@
 --   (claimed, never acknowledged) is written;
 -- * a timer that ended before any of its states was written owes no tombstone (field p
 --   marks a timer whose state was written);
+-- * a dirty member scored REC_TOMB (record.lua) is a written one-shot timer a delivered
+--   fire made done, no command since: answered a tombstone unread (a command lowers its
+--   score to the command's offset; a create over it that the intake writes too, apply.lua);
 -- * a dirty member scored 'inf' changed by a fire, a completion or a rebuild, no command
 --   since (a command lowers the score to its offset); those scripts add 'inf' only for a
 --   timer whose state was written or a cron (whose state a fire changes), so one found
@@ -186,6 +189,11 @@ if want > 0 then
     if writing[id] then
       held[#held + 1] = first
       held[#held + 1] = id
+    elseif first == REC_TOMB then
+      -- A one-shot timer written, then fired, no command since: its tombstone, unread.
+      undeferred[#undeferred + 1] = id
+      taken[#taken + 1] = id
+      answer(id, nil)
     elseif first == 'inf' and done_at_head(id) then
       -- Scored 'inf': a fire, a completion or a rebuild changed it, no command since;
       -- done: its tombstone.

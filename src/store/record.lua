@@ -40,6 +40,12 @@ for i = 1, #REC_STATES do
   REC_STATE_CODE[REC_STATES[i]] = i
 end
 local REC_LIVE = {scheduled = true, paused = true}
+-- The dirty-set score of a one-shot timer whose state was written and that a delivered
+-- fire made done, no command since (swap.lua, ack.lua): its tombstone is owed, and a
+-- checkpoint answers it without reading the record. Above every command offset (2^53:
+-- Lua's numbers are exact below it), so a command lowers it (`ZADD ... LT` its offset)
+-- and the timer is read again; as Redis formats the score (%.17g).
+local REC_TOMB = '9007199254740992'
 -- base: the partition's key prefix `PREFIX:{topic:p}:`; meta: read once per call.
 -- hist: the history's bound (rec_history; nil: no history written). last_prefix: the
 -- definition prefix rec_def_split found last. slice: rec_slice_add's minutes (place.lua).

@@ -3,7 +3,8 @@
 -- exactly the record the claim read (so nothing changed the timer since); then it is
 -- replaced by the done record ktimer sent, expiring after the retention, its in-flight
 -- member removed, and the timer leaves the deferred set (its state was never written) or
--- enters the dirty set (it owes a tombstone); its counts move from scheduled to fired
+-- enters the dirty set scored REC_TOMB (it owes a tombstone, record.lua); its counts
+-- move from scheduled to fired
 -- (rec_tally, record.lua, prepended). No record is decoded here: Rust decided, Redis
 -- compares and stores.
 -- A fire whose key holds anything else (a timer changed, moved to a bucket, gone) is
@@ -35,7 +36,7 @@ while g <= #ARGV do
       gone[#gone + 1] = ARGV[i]
       fired[app] = (fired[app] or 0) + 1
       if written then
-        dirty[#dirty + 1] = 'inf'
+        dirty[#dirty + 1] = REC_TOMB
         dirty[#dirty + 1] = id
       else
         undefer[#undefer + 1] = id
