@@ -38,6 +38,7 @@ pub mod scripts;
 pub mod setup;
 pub mod svg;
 pub mod takeover;
+pub mod targets;
 
 use crate::codec::Codec;
 use crate::config::{BenchArgs, BenchDue};

@@ -2,6 +2,7 @@
 
 use super::nodes::{self, NodeCpu};
 pub use super::percentiles::Percentiles;
+pub use super::targets::Check;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -97,17 +98,6 @@ pub struct BaselineReport {
     pub ratio: f64,
 }
 
-/// One target of the issue, checked where the run's shape allows.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    /// What is checked.
-    pub what: String,
-    /// The measured figure.
-    pub measured: String,
-    /// Whether it meets the target.
-    pub met: bool,
-}
-
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -141,136 +131,7 @@ pub fn per_second(n: usize, from_ms: i64, to_ms: i64) -> f64 {
     (n as f64 * 1000.0 / (to_ms - from_ms).max(1) as f64).round()
 }
 
-fn check(checks: &mut Vec<Check>, what: &str, measured: String, met: bool) {
-    checks.push(Check {
-        what: what.into(),
-        measured,
-        met,
-    });
-}
-
-/// What a burst run measured that its targets judge.
-struct Burst {
-    /// Timers fired.
-    timers: usize,
-    /// The latest fire's lateness, ms.
-    max_lateness_ms: u64,
-    /// Fire rate over the pass-through pipe's, when the pipe was measured.
-    ratio: Option<f64>,
-    /// Peak RSS of an instance, MB, when known.
-    peak_rss_mb: Option<f64>,
-}
-
-/// The burst's targets: up to 100,000 timers, all fired within 2 s of due and at least
-/// 0.9 of the pass-through pipe; a million or more, at least 0.75 of the pipe with a
-/// peak RSS of 1 GB at most. (Rates are judged as ratios to the pipe of the same run:
-/// absolute rates depend on the machine.)
-fn burst_checks(c: &mut Vec<Check>, b: &Burst) {
-    if b.timers <= 100_000 {
-        let max = b.max_lateness_ms;
-        let within = format!("max {max} ms");
-        check(c, "burst: all fired within 2 s of due", within, max <= 2000);
-        if let Some(ratio) = b.ratio {
-            let what = "burst fire rate >= 0.9 of the pass-through baseline";
-            check(c, what, format!("{ratio:.2}"), ratio >= 0.9);
-        }
-    } else if b.timers >= 1_000_000 {
-        if let Some(ratio) = b.ratio {
-            let what = "1M burst fire rate >= 0.75 of the pass-through baseline";
-            check(c, what, format!("{ratio:.2}"), ratio >= 0.75);
-        }
-        if let Some(mb) = b.peak_rss_mb {
-            let what = "1M burst: peak RSS of an instance <= 1 GB";
-            check(c, what, format!("{mb} MB"), mb <= 1024.0);
-        }
-    }
-}
-
 impl Report {
-    /// Fills `checks` with the targets this run's shape can judge.
-    pub fn judge(&mut self, burst: bool, offered_per_s: f64) {
-        let f = &self.fire;
-        let mut c = Vec::new();
-        check(&mut c, "no early fire", f.early.to_string(), f.early == 0);
-        check(
-            &mut c,
-            "no missing fire",
-            f.missing.to_string(),
-            f.missing == 0,
-        );
-        let (fl, n) = (&f.fire_lateness_ms, f.timers);
-        if burst {
-            let b = Burst {
-                timers: n,
-                max_lateness_ms: fl.max,
-                ratio: self.baseline.as_ref().map(|b| b.ratio),
-                peak_rss_mb: f.peak_rss_mb,
-            };
-            burst_checks(&mut c, &b);
-        } else if offered_per_s >= 25_000.0 && n >= 10_000 {
-            check(
-                &mut c,
-                "steady >= 30k/s: fire lateness p99 <= 10 ms",
-                format!("{} ms", fl.p99),
-                fl.p99 <= 10,
-            );
-        } else if offered_per_s >= 10_000.0 && n >= 10_000 {
-            check(
-                &mut c,
-                "steady >= 10k/s: fire lateness p99 <= 3 ms",
-                format!("{} ms", fl.p99),
-                fl.p99 <= 3,
-            );
-            check(
-                &mut c,
-                "steady >= 10k/s: fire lateness p99.9 <= 6 ms",
-                format!("{} ms", fl.p999),
-                fl.p999 <= 6,
-            );
-        }
-        if let Some(p) = &self.pending {
-            if let Some(b) = &self.command_baseline {
-                check(
-                    &mut c,
-                    "intake >= 0.45 of the command pass-through baseline",
-                    format!("{:.2}", b.ratio),
-                    b.ratio >= 0.45,
-                );
-            }
-            check(
-                &mut c,
-                "Redis <= 200 B per pending timer",
-                format!("{:.0} B", p.bytes_per_timer),
-                p.bytes_per_timer <= 200.0,
-            );
-        }
-        let own = [
-            (
-                "command",
-                self.pending.as_ref().and_then(|p| p.ktimer_cpu.as_ref()),
-            ),
-            ("fire", f.ktimer_cpu.as_ref()),
-        ];
-        for (per, cpu) in own.iter().filter_map(|(per, c)| Some((per, (*c)?))) {
-            let what = format!("ktimer CPU <= 15 µs per {per}");
-            check(
-                &mut c,
-                &what,
-                format!("{:.1} µs", cpu.us_per_item),
-                cpu.us_per_item <= 15.0,
-            );
-        }
-        if let Some(t) = &self.takeover {
-            check(
-                &mut c,
-                "takeover: every partition taken in under 1 s, without a rebuild",
-                format!("{} of {}, max {} ms", t.taken, t.partitions, t.taken_max_ms),
-                t.taken == t.partitions && t.taken_max_ms < 1_000,
-            );
-        }
-        self.checks = c;
-    }
-
     /// The report for people.
     pub fn text(&self) -> String {
         let mut s = String::new();
@@ -397,6 +258,3 @@ impl Report {
         Ok((json, svg))
     }
 }
-
-#[cfg(test)]
-mod tests;
