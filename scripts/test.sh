@@ -11,6 +11,8 @@ if [ "$#" -eq 0 ]; then
   promtool test rules deploy/prometheus/rules_test.yml
   echo "==> the deployment files (docker-compose.yml and what it mounts)..." >&2
   python3 scripts/check-deploy.py
+  echo "==> asyncapi.yaml (the AsyncAPI parser, and avsc for its Avro schemas)..." >&2
+  (cd scripts/asyncapi && npm ci --no-audit --no-fund --loglevel=error >/dev/null && node check.mjs)
 fi
 cargo test --locked "$@"
 if [ "$#" -eq 0 ]; then

@@ -32,6 +32,8 @@ pub mod names {
     pub const APPLICATION: &str = crate::sink::headers::APPLICATION;
     /// What every control header starts with.
     pub const PREFIX: &str = "ktimer-";
+    /// Every header of the contract (`asyncapi.yaml` describes them; tests/asyncapi.rs).
+    pub const ALL: [&str; 5] = [TARGET_TOPIC, AT_MS, DELAY_MS, TIMER_ID, APPLICATION];
 }
 
 /// How far before the record's timestamp `ktimer-at-ms` may lie: further back is refused

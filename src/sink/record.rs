@@ -33,6 +33,22 @@ pub mod headers {
     pub const FORWARDED_FROM: &str = "ktimer-forwarded-from";
     /// On a command a delayed record became: that record's `topic/partition/offset`.
     pub const DELAYED_FROM: &str = "ktimer-delayed-from";
+    /// Every header above (the contract `asyncapi.yaml` describes; tests/asyncapi.rs).
+    pub const ALL: [&str; 13] = [
+        FIRE_ID,
+        TIMER_ID,
+        APPLICATION,
+        DUE_MS,
+        FIRED_MS,
+        ATTEMPT,
+        INSTANCE,
+        EPOCH,
+        REASON,
+        ORIGIN,
+        VALUE_DROPPED,
+        FORWARDED_FROM,
+        DELAYED_FROM,
+    ];
 }
 
 /// How a fire is being produced.
