@@ -39,29 +39,6 @@ pub fn bulk_producer(kafka: &KafkaArgs) -> ClientConfig {
     with_user_options(cfg, kafka)
 }
 
-/// How the group spreads partitions over its instances (`--assignment`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Assignment {
-    /// Incremental: only the partitions that must move are revoked (KIP-429).
-    #[default]
-    CooperativeSticky,
-    /// Eager: every rebalance revokes every partition, then hands out ranges.
-    Range,
-    /// Eager, round robin.
-    Roundrobin,
-}
-
-impl Assignment {
-    /// librdkafka's `partition.assignment.strategy` value.
-    pub fn librdkafka(self) -> &'static str {
-        match self {
-            Assignment::CooperativeSticky => "cooperative-sticky",
-            Assignment::Range => "range",
-            Assignment::Roundrobin => "roundrobin",
-        }
-    }
-}
-
 /// The commands consumer of the run's group. Offsets are stored by hand only after a
 /// command was applied and its result acknowledged (`enable.auto.offset.store=false`),
 /// then committed in the background: rust-rdkafka's `examples/at_least_once.rs`.

@@ -52,6 +52,7 @@
 //! - [`admin`]: HTTP `/metrics`, health, readiness and timer look-up; [`status`]: what an
 //!   instance reports about itself.
 //! - [`config`]: the command line (clap; every flag has an environment variable);
+//!   [`assignment`]: the group's partition assignment strategy (a setting);
 //!   [`kafka`]: every librdkafka configuration; [`metrics`]: every Prometheus metric;
 //!   [`sampler`]: per-partition gauges read from Redis (pending, overdue);
 //!   [`shutdown`]: the cancellation token; [`retry`]: the one retry helper and backoff;
@@ -69,6 +70,7 @@
 pub mod admin;
 pub mod allow;
 pub mod apps;
+pub mod assignment;
 pub mod bench;
 pub mod catalog;
 pub mod check;

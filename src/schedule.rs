@@ -22,6 +22,11 @@ use cron::TimeUnitSpec;
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
 
+/// The latest instant ktimer accepts: 9999-12-31T23:59:59.999Z. Every instant a command
+/// names is checked against it (and against 0) before any arithmetic. (Here, where the
+/// schedules that compute instants live; `timer` re-exports it.)
+pub const MAX_INSTANT_MS: i64 = 253_402_300_799_999;
+
 /// A cron timer's schedule, as given in the command (stored as JSON with the timer).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CronSpec {
@@ -105,7 +110,7 @@ impl CronSpec {
                 self.time_zone
             )
         })?;
-        let bound = crate::timer::MAX_INSTANT_MS;
+        let bound = MAX_INSTANT_MS;
         for (field, v) in [("start_ms", self.start_ms), ("end_ms", self.end_ms)] {
             if v.is_some_and(|v| !(0..=bound).contains(&v)) {
                 return Err(format!("{field} must be between 0 and {bound}"));
@@ -135,7 +140,7 @@ impl Compiled {
     /// Occurrences strictly after `after_ms` and at or before `until_ms`, at most `cap`.
     pub fn occurrences(&self, after_ms: i64, until_ms: i64, cap: usize) -> Occurrences {
         // Within [0, MAX_INSTANT_MS], so the hour arithmetic below stays in chrono's range.
-        let bound = crate::timer::MAX_INSTANT_MS;
+        let bound = MAX_INSTANT_MS;
         let lower = after_ms
             .saturating_add(1)
             .max(self.start_ms.unwrap_or(0))

@@ -6,11 +6,8 @@
 //! fire into a record. Nothing here talks to Redis or Kafka.
 
 use crate::command::{Callback, Outcome};
+pub use crate::schedule::MAX_INSTANT_MS;
 use crate::schedule::{CronSpec, Occurrences};
-
-/// The latest instant ktimer accepts: 9999-12-31T23:59:59.999Z. Every instant a command
-/// names is checked against it (and against 0) before any arithmetic.
-pub const MAX_INSTANT_MS: i64 = 253_402_300_799_999;
 
 /// A validated command, ready to be applied to the store.
 #[derive(Debug, Clone, PartialEq)]

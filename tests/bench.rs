@@ -117,6 +117,11 @@ async fn a_short_spread_run_with_started_instances_and_a_takeover_counts_every_t
         family("pending", "slowlog").is_none(),
         "the bench's own calls are left out"
     );
+    let keyspace = r["fire"]["redis_calls"]["keyspace_per_item"].as_f64();
+    assert!(
+        keyspace.is_some_and(|k| k > 0.0),
+        "Redis's own counters give the keyspace operations per fire: {keyspace:?}"
+    );
     let checks = r["checks"].as_array().expect("checks");
     assert!(checks
         .iter()

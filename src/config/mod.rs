@@ -186,7 +186,7 @@ pub struct RunArgs {
     /// the partitions that must move when an instance joins or leaves; the others keep
     /// firing through the rebalance. Every instance of a group must use the same.
     #[arg(long, env = "KTIMER_ASSIGNMENT", value_enum, default_value_t)]
-    pub assignment: crate::kafka::Assignment,
+    pub assignment: crate::assignment::Assignment,
     /// Address of the HTTP admin port (metrics, health, the admin API); `off` to disable.
     #[arg(long, env = "KTIMER_ADMIN_ADDR", default_value = "127.0.0.1:9464", value_parser = parse_addr)]
     pub admin_addr: AdminAddr,
