@@ -2,7 +2,8 @@
 //! Here the record of the timer it names is planted in Redis as bytes no function can
 //! read, and a CANCEL of it arrives among 2,000 creates on the same partition. The
 //! partition must go on: every create answered and fired on time, the CANCEL answered
-//! REJECTED with the store's error, counted by application, nothing else lost.
+//! REJECTED with the store's error, copied as it arrived to the dead-letter topic, counted
+//! by application, nothing else lost.
 
 mod common;
 
@@ -10,6 +11,7 @@ use common::checker::{check, gather, Bounds, Expected};
 use common::{cancel, once_at, TestEnv};
 use ktimer::command::Outcome;
 use ktimer::now_ms;
+use rdkafka::message::{Headers, Message};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -26,6 +28,10 @@ async fn a_command_the_store_fails_on_is_rejected_and_its_partition_goes_on() {
         .query_async(&mut redis)
         .await
         .unwrap();
+    let k = &env.args.kafka;
+    let dlq: rdkafka::consumer::StreamConsumer =
+        ktimer::client::assigned_consumer(k, std::slice::from_ref(&k.dead_letter_topic), true)
+            .expect("dead-letter consumer");
     let svc = env.start().await;
     let first_due = now_ms() + 20_000;
     let expected: Expected = (0..2_000)
@@ -57,6 +63,31 @@ async fn a_command_the_store_fails_on_is_rejected_and_its_partition_goes_on() {
     }
     let counted = svc.metric("ktimer_poisoned_commands_total{application=\"other\"}");
     assert_eq!(counted, Some(1.0), "counted by application");
+    // Its copy on the dead-letter topic: the record as it arrived, with the reason.
+    let m = tokio::time::timeout(Duration::from_secs(30), dlq.recv())
+        .await
+        .expect("a dead letter within 30 s")
+        .expect("dead letter");
+    let header = |name: &str| {
+        m.headers()
+            .and_then(|h| h.iter().find(|x| x.key == name))
+            .and_then(|x| x.value)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default()
+    };
+    assert_eq!(m.key(), Some(&b"poison"[..]));
+    assert_eq!(header("ktimer-reason"), reason, "the result's reason");
+    let offset = poisoned[0].offset;
+    assert_eq!(
+        header("ktimer-origin"),
+        format!("{}/0/{offset}", k.commands_topic)
+    );
+    let sent = ktimer::codec::Codec::new(None)
+        .unwrap()
+        .encode_command(&cancel("poison"), &k.commands_topic)
+        .await
+        .unwrap();
+    assert_eq!(m.payload(), Some(&sent[..]), "the command as it arrived");
 
     let fires = gather(
         &mut got,

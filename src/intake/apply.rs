@@ -164,12 +164,17 @@ impl Intake {
             if let (Some(r), ApplyOutcome::Accepted) = (running, a.outcome) {
                 wake(r, req, &a);
             }
-            if a.outcome == ApplyOutcome::Poisoned {
+            let poisoned = a.outcome == ApplyOutcome::Poisoned;
+            if poisoned {
                 let apps = self.limits.apps.current();
                 let app = apps.label(&req.application);
                 self.metrics.poisoned.with_label_values(&[app]).inc();
             }
-            fill(&mut handled[slot].result, a);
+            let h = &mut handled[slot];
+            fill(&mut h.result, a);
+            if let Some(payload) = h.payload.take().filter(|_| poisoned) {
+                self.dead_letter(h, &payload).await;
+            }
         }
         fenced.sort_unstable();
         fenced.dedup();

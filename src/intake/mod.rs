@@ -101,6 +101,9 @@ pub(crate) struct Handled {
     /// A misrouted command's answer: the command itself, produced to its key's partition
     /// (which applies and answers it) instead of a result.
     forward: Option<Forward>,
+    /// A valid command's record value, kept until it is applied: one the store fails on
+    /// every time is copied to the dead-letter topic as it arrived.
+    payload: Option<Vec<u8>>,
 }
 
 /// A command to produce again to the partition its key maps to.

@@ -135,6 +135,7 @@ impl Intake {
             };
             match valid {
                 Ok(op) => {
+                    h.payload = Some(payload.to_vec());
                     out.slots.push(out.handled.len());
                     out.requests.push(ApplyRequest {
                         partition: m.partition(),
@@ -230,8 +231,9 @@ impl Intake {
         }
     }
 
-    /// Copies an undecodable command to the dead-letter topic, with the reason.
-    async fn dead_letter(&self, h: &Handled, payload: &[u8]) {
+    /// Copies an undecodable command (or one the store fails on every time) to the
+    /// dead-letter topic, with the reason.
+    pub(super) async fn dead_letter(&self, h: &Handled, payload: &[u8]) {
         let reason = h.result.reason.as_deref().unwrap_or_default();
         let origin = format!("{}/{}/{}", self.topic, h.partition, h.offset);
         let key = h.key.as_deref();
@@ -280,6 +282,7 @@ fn unanswered(m: &OwnedMessage, now_ms: i64) -> Handled {
         key,
         result,
         forward: None,
+        payload: None,
     }
 }
 
