@@ -174,6 +174,9 @@ impl Compiled {
             - chrono::Duration::milliseconds(1);
         let mut dues = Vec::new();
         let mut exhausted = true;
+        // Whether the loop stopped at the cap (dues may be fewer once a gap's collapsed
+        // duplicates are removed: the window is still covered only up to the last).
+        let mut capped = false;
         for naive in self.schedule.after(&start_local.and_utc()) {
             let naive = naive.naive_utc();
             let (first, second) = self.map(naive);
@@ -189,6 +192,7 @@ impl Compiled {
             // Past an overlap (a single mapping), everything collected precedes what follows.
             if second.is_none() && dues.len() >= cap {
                 exhausted = false;
+                capped = true;
                 break;
             }
         }
@@ -197,12 +201,12 @@ impl Compiled {
         if dues.len() > cap {
             dues.truncate(cap);
         }
-        let covered_ms = match (dues.len() >= cap, dues.last()) {
+        let covered_ms = match (capped || dues.len() >= cap, dues.last()) {
             (true, Some(&last)) => last,
             _ => until_ms.max(after_ms),
         };
         Occurrences {
-            exhausted: exhausted && dues.len() < cap,
+            exhausted: exhausted && !capped && dues.len() < cap,
             dues,
             covered_ms,
         }
@@ -236,6 +240,13 @@ impl Compiled {
                 rest
             }
         }
+    }
+
+    /// Instant `ms` on the wall clock of the schedule's zone, RFC 3339 with the zone's
+    /// offset then (`2026-03-29T03:00:00+02:00`); `None` outside chrono's range.
+    pub fn wall_clock(&self, ms: i64) -> Option<String> {
+        let t = instant(ms)?.with_timezone(&self.tz);
+        Some(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false))
     }
 
     fn local(&self, t: DateTime<Utc>) -> NaiveDateTime {

@@ -333,3 +333,33 @@ fn both_day_fields_must_match_and_shorthands_parse() {
         ["2026-01-01T16:00:00Z"]
     );
 }
+
+#[test]
+fn a_pass_cut_by_its_cap_across_a_gap_covers_only_what_it_returned() {
+    // Hourly in Berlin from 23:00 local on 28 March 2026: 00:00, 01:00, then 02:00 (skipped:
+    // 03:00) and 03:00 collapse into one fire. A pass capped at 4 returns 3 once the
+    // duplicate is gone: the next pass must start after 03:00, not at the window's end
+    // (04:00 and every hour after it were skipped).
+    let c = spec("0 0 * * * *", "Europe/Berlin").compile().unwrap();
+    let from = ms("2026-03-28T22:00:00Z");
+    let until = from + 86_400_000;
+    let first = c.occurrences(from, until, 4);
+    assert!(!first.exhausted);
+    let second = c.occurrences(first.covered_ms, until, 4);
+    let all: Vec<String> = first
+        .dues
+        .iter()
+        .chain(&second.dues)
+        .map(|&d| utc(d))
+        .collect();
+    assert_eq!(
+        all[..4],
+        [
+            "2026-03-28T23:00:00Z",
+            "2026-03-29T00:00:00Z",
+            "2026-03-29T01:00:00Z",
+            "2026-03-29T02:00:00Z"
+        ],
+        "{all:?}"
+    );
+}
