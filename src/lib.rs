@@ -22,7 +22,8 @@
 //!   per-application limits (`--applications`, reloaded on SIGHUP); [`pace`]: rate
 //!   limits as pacing;
 //!   [`partitioner`]: the one key-to-partition mapping (misrouted commands are forwarded);
-//!   [`schedule`]: cron expressions, time zones, DST rules, misfire planning (pure).
+//!   [`schedule`]: cron expressions, time zones, DST rules, misfire planning (pure);
+//!   [`preview`]: `ktimer next`, a schedule's next due instants from the same code.
 //! - [`timer`]: the domain types the flow passes along (operation, schedule, stored
 //!   definition, apply request and its typed outcome, the claimed fire).
 //! - [`intake`]: consumes commands; `prepare` (decode, validate, deliverability), `apply`
@@ -89,6 +90,7 @@ pub mod migrator;
 pub mod ownership;
 pub mod pace;
 pub mod partitioner;
+pub mod preview;
 pub mod retry;
 pub mod sampler;
 pub mod schedule;

@@ -39,6 +39,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Send(args) => client::send(args).await,
         Command::Tail(args) => client::tail(args).await,
         Command::Timers(args) => ktimer::admin::cli::run(args).await,
+        Command::Next(args) => ktimer::preview::run(args),
         Command::Bench(args) => bench::run(args, shutdown::on_signals()).await,
         Command::Check(args) => match check::run(args).await {
             true => Ok(()),

@@ -107,6 +107,39 @@ async fn a_cron_timer_fires_on_schedule_for_several_periods() {
     svc.stop().await;
 }
 
+/// `ktimer next` (the preview) names the instants the trigger then fires: a cron timer in
+/// a zone of its own, from a start a few seconds ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preview_names_the_instants_the_timer_then_fires() {
+    let env = TestEnv::new("cron-preview", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let start = now_ms() + 3_000;
+    let cmd = TimerCommand {
+        time_zone: Some("Asia/Kolkata".into()),
+        start_ms: Some(start),
+        ..cron("c-preview", "*/2 * * * * *", "tick")
+    };
+    let spec = ktimer::schedule::CronSpec {
+        cron: "*/2 * * * * *".into(),
+        time_zone: "Asia/Kolkata".into(),
+        start_ms: Some(start),
+        end_ms: None,
+        max_fires: None,
+        misfire: MisfirePolicy::FireOnce,
+    };
+    let preview: Vec<i64> = ktimer::preview::next(&spec, start - 1, 3)
+        .unwrap()
+        .iter()
+        .map(|d| d.due_ms)
+        .collect();
+    let r = command(&env, &mut got, &cmd).await;
+    assert_eq!(r.outcome, Outcome::Accepted, "{r:?}");
+    let fired: Vec<i64> = got.fires(3, WAIT).await.iter().map(|f| f.due_ms).collect();
+    assert_eq!(fired, preview);
+    svc.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_stops_fires_and_resume_restarts_them() {
     let env = TestEnv::new("cron-pause", 1, &[]).await;

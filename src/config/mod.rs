@@ -7,11 +7,13 @@ use std::path::PathBuf;
 mod bench;
 mod check;
 mod client;
+mod next;
 mod timers;
 
 pub use bench::{BenchArgs, BenchDue};
 pub use check::CheckArgs;
 pub use client::{SendArgs, SendFormat, SendKind, SendMisfire, TailArgs, Via};
+pub use next::NextArgs;
 pub use timers::{TimersAction, TimersArgs};
 
 /// ktimer: a Kafka-native distributed timer service.
@@ -70,6 +72,9 @@ pub enum Command {
     /// compaction, retention), Redis (version, eviction policy, persistence) and the clock;
     /// one line per check with ok, warn or fail and the fix. Exits 1 on a failure.
     Check(CheckArgs),
+    /// Print the next due instants of a cron schedule in its time zone, as the service
+    /// computes them (daylight-saving changes noted).
+    Next(NextArgs),
 }
 
 /// `ktimer topics ...`

@@ -1,0 +1,33 @@
+//! `ktimer next`: the flags of the schedule preview.
+
+use clap::Args;
+
+/// Prints the next due instants of a cron schedule (UTC and the zone's wall clock, with a
+/// note where the zone's offset changes), computed as the service computes them.
+#[derive(Debug, Clone, Args)]
+pub struct NextArgs {
+    /// Cron expression with seconds (sec min hour day-of-month month day-of-week [year])
+    /// or the 5-field form.
+    #[arg(long, env = "KTIMER_NEXT_CRON")]
+    pub cron: String,
+    /// IANA time zone of the expression.
+    #[arg(long, env = "KTIMER_NEXT_TIME_ZONE", default_value = "UTC")]
+    pub time_zone: String,
+    /// No instant before this one (Unix epoch ms), as a timer's `start_ms`.
+    #[arg(long, env = "KTIMER_NEXT_START_MS")]
+    pub start_ms: Option<i64>,
+    /// No instant after this one (Unix epoch ms), as a timer's `end_ms`.
+    #[arg(long, env = "KTIMER_NEXT_END_MS")]
+    pub end_ms: Option<i64>,
+    /// The instants after this one (Unix epoch ms); default now.
+    #[arg(long, env = "KTIMER_NEXT_FROM_MS")]
+    pub from_ms: Option<i64>,
+    /// How many instants.
+    #[arg(
+        short = 'n',
+        long = "count",
+        env = "KTIMER_NEXT_COUNT",
+        default_value_t = 10
+    )]
+    pub count: usize,
+}
