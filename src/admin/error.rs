@@ -45,6 +45,11 @@ impl ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", reason)
     }
 
+    /// 500: what Redis holds of the timer cannot be read (its schedule, say).
+    pub fn internal(reason: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", reason)
+    }
+
     fn new(status: StatusCode, error: &'static str, reason: impl Into<String>) -> ApiError {
         ApiError {
             status,

@@ -68,6 +68,7 @@ pub async fn serve(
         .route("/timers", get(timers::list).post(write::create))
         .route("/timers/{id}", get(timers::get).put(write::update))
         .route("/timers/{id}/history", get(timers::history))
+        .route("/timers/{id}/next", get(timers::next))
         .route("/timers/{id}/{action}", post(write::act))
         .route("/applications", get(timers::applications))
         .route("/dead-letters", get(timers::dead_letters))

@@ -83,6 +83,58 @@ pub async fn history(
     Ok(Json(json!({"timer_id": id, "history": t.history})))
 }
 
+/// The query of `GET /timers/{id}/next`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NextQuery {
+    application: Option<String>,
+    n: Option<usize>,
+}
+
+/// Most instants `GET /timers/{id}/next` answers.
+const MAX_NEXT: usize = 1_000;
+
+/// `GET /timers/{id}/next?n=10`: the timer's next due instants (a cron timer's from its
+/// schedule, computed by the code the trigger fires by, after its last fire and now; a
+/// one-shot timer's due; none unless it is scheduled), on the zone's wall clock with the
+/// offset changes noted.
+pub async fn next(
+    State(s): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    q: Result<Query<NextQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let scope = s.access.scope(&headers, Need::Read)?;
+    let q = q?.0;
+    let n = q.n.unwrap_or(10).clamp(1, MAX_NEXT);
+    let (_, _, t) = find(&s, &scope, &id, q.application).await?;
+    let dues = next_dues(&t, crate::now_ms(), n).map_err(ApiError::internal)?;
+    Ok(Json(
+        json!({"timer_id": id, "state": t.state, "next": dues}),
+    ))
+}
+
+/// The next `n` due instants of `t` after `now_ms` (see [`next`]).
+fn next_dues(t: &TimerView, now_ms: i64, n: usize) -> Result<Vec<Value>, String> {
+    if t.state != Some(TimerState::Scheduled) {
+        return Ok(Vec::new());
+    }
+    let Some(schedule) = t.schedule.clone().filter(|_| t.cron) else {
+        return Ok(t.due_ms.map(|d| json!({"due_ms": d})).into_iter().collect());
+    };
+    let spec: crate::schedule::CronSpec =
+        serde_json::from_value(schedule).map_err(|e| format!("unreadable schedule: {e}"))?;
+    let left = spec
+        .max_fires
+        .map(|m| (m - t.fires.unwrap_or(0)).max(0) as usize);
+    let after = now_ms.max(t.last_fired_due_ms.unwrap_or(i64::MIN)) - 1;
+    let dues = crate::preview::next(&spec, after, left.map_or(n, |l| l.min(n)))?;
+    Ok(dues
+        .into_iter()
+        .map(|d| json!({"due_ms": d.due_ms, "local": d.local, "note": d.note}))
+        .collect())
+}
+
 /// The query of a listing.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
