@@ -118,6 +118,10 @@ async fn the_console_pauses_a_timer_with_its_button_and_the_timer_does_not_fire(
         .await
         .unwrap();
     until_text(&c, "#timer-state", "SCHEDULED").await;
+    // Its next fire, as the admin API previews it (UTC, as the console writes instants).
+    let at = chrono::DateTime::from_timestamp_millis(due).unwrap();
+    let shown = at.format("%Y-%m-%d %H:%M:%S%.3f").to_string();
+    until_text(&c, "#next-fires li:first-child", &shown).await;
     c.find(Locator::Css(r#"button[data-action="pause"]"#))
         .await
         .unwrap()
@@ -125,6 +129,7 @@ async fn the_console_pauses_a_timer_with_its_button_and_the_timer_does_not_fire(
         .await
         .unwrap();
     until_text(&c, "#timer-state", "PAUSED").await;
+    until_text(&c, "#next-fires li:first-child", "none").await;
     screenshot(&c, "timer").await;
     assert!(now_ms() < due, "the pause came too late to show anything");
     c.close().await.unwrap();

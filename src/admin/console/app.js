@@ -1,6 +1,6 @@
 // The ktimer console: a client of the admin API (the routes in docs/operations.md), no build step.
 // Views (by URL hash): #/ applications and the timer list, #/timer/ID one timer with its
-// history and actions, #/dead dead letters with re-drive.
+// history, next fires and actions, #/dead dead letters with re-drive.
 'use strict';
 
 const $ = (sel) => document.querySelector(sel);
@@ -131,8 +131,16 @@ function historyRows(history) {
       `<td>request ${esc(e.request_id)}, offset ${e.offset}</td><td>${esc(e.reason)}</td></tr>`).join('');
 }
 
+// The next due instants (GET /timers/{id}/next): UTC, the zone's wall clock, DST notes.
+function nextRows(next) {
+  if (!next.length) return '<li>none</li>';
+  return next.map((d) => `<li>${when(d.due_ms)}${d.local ? ' (' + esc(d.local) + ')' : ''}` +
+    `${d.note ? ' <b>' + esc(d.note) + '</b>' : ''}</li>`).join('');
+}
+
 async function timerView(id) {
   const t = await api('GET', '/timers/' + encodeURIComponent(id));
+  const next = await api('GET', `/timers/${encodeURIComponent(id)}/next?n=5`);
   const last = t.last_fire;
   view.innerHTML = `
     <h2>Timer ${esc(t.timer_id)}</h2>
@@ -154,6 +162,8 @@ async function timerView(id) {
       <button data-action="cancel" class="danger">Cancel</button>
     </div>
     <p id="action-result" class="muted"></p>
+    <h3>Next fires</h3>
+    <ol id="next-fires">${nextRows(next.next)}</ol>
     <h3>History</h3>
     <table id="history"><tr><th>time</th><th>what</th><th>outcome</th><th>details</th><th>reason</th></tr>${historyRows(t.history)}</table>`;
   view.querySelectorAll('[data-action]').forEach((b) => b.addEventListener('click', async () => {
