@@ -3,10 +3,9 @@
 //! offset changes (a daylight-saving jump: a skipped local time fires right after the
 //! jump; a repeated hour fires once, or twice for schedules whose hour field is `*`).
 
-use crate::command::MisfirePolicy;
 use crate::config::NextArgs;
 use crate::schedule::CronSpec;
-use chrono::{DateTime, SecondsFormat};
+use chrono::{DateTime, Offset, SecondsFormat};
 
 /// One due instant of a preview.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,20 +26,22 @@ pub fn next(spec: &CronSpec, after_ms: i64, n: usize) -> Result<Vec<Due>, String
     let mut from = after_ms;
     // Occurrences come in windows (a year at a time), so a sparse schedule is found too.
     const YEAR_MS: i64 = 366 * 86_400_000;
+    // The zone's offset at the previous due.
+    let mut was = None;
     while out.len() < n {
         let occ = compiled.occurrences(from, from.saturating_add(YEAR_MS), n - out.len());
         for due_ms in occ.dues {
-            let local = compiled
+            let t = compiled
                 .wall_clock(due_ms)
                 .ok_or_else(|| format!("{due_ms} is out of range"))?;
-            let offset = |s: &str| s.get(s.len().saturating_sub(6)..).map(str::to_string);
-            let note = out.last().and_then(|prev| {
-                let (was, now) = (offset(&prev.local)?, offset(&local)?);
-                (was != now).then(|| format!("the clock moved: UTC{was} -> UTC{now}"))
-            });
+            let now = t.offset().fix();
+            let note = was
+                .filter(|w| *w != now)
+                .map(|w| format!("the clock moved: UTC{w} -> UTC{now}"));
+            was = Some(now);
             out.push(Due {
                 due_ms,
-                local,
+                local: t.to_rfc3339_opts(SecondsFormat::AutoSi, false),
                 note,
             });
         }
@@ -55,12 +56,9 @@ pub fn next(spec: &CronSpec, after_ms: i64, n: usize) -> Result<Vec<Due>, String
 /// `ktimer next`: prints the next due instants, one per line.
 pub fn run(args: NextArgs) -> anyhow::Result<()> {
     let spec = CronSpec {
-        cron: args.cron,
-        time_zone: args.time_zone,
         start_ms: args.start_ms,
         end_ms: args.end_ms,
-        max_fires: None,
-        misfire: MisfirePolicy::FireOnce,
+        ..CronSpec::new(&args.cron, &args.time_zone)
     };
     let from = args.from_ms.unwrap_or_else(crate::now_ms);
     let dues = next(&spec, from, args.count).map_err(anyhow::Error::msg)?;
@@ -82,14 +80,7 @@ mod tests {
     use super::*;
 
     fn spec(cron: &str, tz: &str) -> CronSpec {
-        CronSpec {
-            cron: cron.into(),
-            time_zone: tz.into(),
-            start_ms: None,
-            end_ms: None,
-            max_fires: None,
-            misfire: MisfirePolicy::FireOnce,
-        }
+        CronSpec::new(cron, tz)
     }
 
     /// 2026-03-28T12:00:00Z: the day before Berlin moves from +01:00 to +02:00 (at 02:00

@@ -99,6 +99,19 @@ impl Default for PlanConfig {
 }
 
 impl CronSpec {
+    /// Expression `cron` in zone `time_zone`, without bounds or a fire limit, missed
+    /// occurrences fired once (what a command that names none gets).
+    pub fn new(cron: &str, time_zone: &str) -> CronSpec {
+        CronSpec {
+            cron: cron.into(),
+            time_zone: time_zone.into(),
+            start_ms: None,
+            end_ms: None,
+            max_fires: None,
+            misfire: MisfirePolicy::FireOnce,
+        }
+    }
+
     /// Parses the expression and the zone; the error says what is wrong.
     pub fn compile(&self) -> Result<Compiled, String> {
         let expr = normalize(&self.cron)?;
@@ -242,11 +255,9 @@ impl Compiled {
         }
     }
 
-    /// Instant `ms` on the wall clock of the schedule's zone, RFC 3339 with the zone's
-    /// offset then (`2026-03-29T03:00:00+02:00`); `None` outside chrono's range.
-    pub fn wall_clock(&self, ms: i64) -> Option<String> {
-        let t = instant(ms)?.with_timezone(&self.tz);
-        Some(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, false))
+    /// Instant `ms` on the wall clock of the schedule's zone; `None` outside chrono's range.
+    pub fn wall_clock(&self, ms: i64) -> Option<DateTime<Tz>> {
+        Some(instant(ms)?.with_timezone(&self.tz))
     }
 
     fn local(&self, t: DateTime<Utc>) -> NaiveDateTime {

@@ -4,64 +4,14 @@
 
 mod common;
 
+use common::api::{answer, Api, WAIT};
 use common::{undeliverable, TestEnv};
 use ktimer::now_ms;
 use reqwest::{Client, StatusCode};
 use serde_json::{json, Value};
-use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(30);
 const OPS: &str = "ops-token-0123456789abcdef";
 const BILLING: &str = "billing-token-0123456789";
-
-/// A client of one admin port with one token (or none).
-struct Api {
-    base: String,
-    token: Option<&'static str>,
-    http: Client,
-}
-
-impl Api {
-    fn req(&self, m: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let r = self.http.request(m, format!("{}{path}", self.base));
-        match self.token {
-            Some(t) => r.bearer_auth(t),
-            None => r,
-        }
-    }
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        answer(self.req(reqwest::Method::GET, path)).await
-    }
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        answer(self.req(reqwest::Method::POST, path).json(&body)).await
-    }
-    async fn put(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        answer(self.req(reqwest::Method::PUT, path).json(&body)).await
-    }
-    /// GETs `path` until `ok` holds for the answer (what an instance does is asynchronous).
-    async fn until(&self, path: &str, ok: impl Fn(&Value) -> bool) -> Value {
-        let end = tokio::time::Instant::now() + WAIT;
-        loop {
-            let (code, v) = self.get(path).await;
-            if code == StatusCode::OK && ok(&v) {
-                return v;
-            }
-            assert!(
-                tokio::time::Instant::now() < end,
-                "{path}: still {code} {v}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-async fn answer(r: reqwest::RequestBuilder) -> (StatusCode, Value) {
-    let resp = r.send().await.expect("admin port answers");
-    let code = resp.status();
-    let text = resp.text().await.unwrap();
-    let v = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON ({code}): {text}"));
-    (code, v)
-}
 
 /// The timer ids of a listing, sorted.
 fn ids(v: &Value) -> Vec<String> {
@@ -357,64 +307,6 @@ async fn the_admin_api_looks_up_lists_and_changes_timers_within_its_tokens() {
 /// Dead letters: listed (only to a token of their application), and re-driven: a timer
 /// accepted before the producer's record limit was lowered dead-letters, and again when
 /// re-driven (still too large).
-/// `GET /timers/{id}/next` names the instants a cron timer then fires (the schedule's
-/// own code, in the timer's zone), a one-shot timer's due, and nothing once it is paused.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_api_previews_the_next_fires() {
-    let env = TestEnv::new("admin-next", 1, &[]).await;
-    let mut got = env.collect();
-    let svc = env.start().await;
-    let api = Api {
-        base: format!("http://{}", svc.status.borrow().admin_addr.unwrap()),
-        token: None,
-        http: Client::new(),
-    };
-    let start = now_ms() + 3_000;
-    let body = json!({"timer_id": "every-2s", "cron": "*/2 * * * * *",
-        "time_zone": "America/Sao_Paulo", "start_ms": start, "max_fires": 5});
-    let (code, r) = api.post("/timers", body).await;
-    assert_eq!(
-        (code, r["outcome"].as_str()),
-        (StatusCode::OK, Some("ACCEPTED")),
-        "{r}"
-    );
-    let (code, v) = api.get("/timers/every-2s/next?n=3").await;
-    assert_eq!(code, StatusCode::OK, "{v}");
-    let next: Vec<i64> = v["next"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["due_ms"].as_i64().unwrap())
-        .collect();
-    assert_eq!(next.len(), 3, "{v}");
-    assert!(next[0] >= start && next[0] % 2_000 == 0, "{v}");
-    assert!(
-        v["next"][0]["local"].as_str().unwrap().ends_with("-03:00"),
-        "on the zone's wall clock: {v}"
-    );
-    let fired: Vec<i64> = got.fires(3, WAIT).await.iter().map(|f| f.due_ms).collect();
-    assert_eq!(fired, next, "the preview is what fired");
-    let (_, v) = api.get("/timers/every-2s/next?n=10").await;
-    assert_eq!(
-        v["next"].as_array().unwrap().len(),
-        2,
-        "max_fires 5, 3 fired: {v}"
-    );
-
-    let due = now_ms() + 600_000;
-    let (code, _) = api
-        .post("/timers", json!({"timer_id": "once", "at_ms": due}))
-        .await;
-    assert_eq!(code, StatusCode::OK);
-    let (_, v) = api.get("/timers/once/next").await;
-    assert_eq!(v["next"], json!([{"due_ms": due}]));
-    let (code, _) = api.post("/timers/once/pause", json!({})).await;
-    assert_eq!(code, StatusCode::OK);
-    let (_, v) = api.get("/timers/once/next").await;
-    assert_eq!(v["next"], json!([]), "nothing while paused: {v}");
-    svc.stop().await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_lists_and_redrives_dead_letters() {
     let tokens = format!("{OPS},billing={BILLING}");

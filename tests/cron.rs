@@ -121,12 +121,8 @@ async fn the_preview_names_the_instants_the_timer_then_fires() {
         ..cron("c-preview", "*/2 * * * * *", "tick")
     };
     let spec = ktimer::schedule::CronSpec {
-        cron: "*/2 * * * * *".into(),
-        time_zone: "Asia/Kolkata".into(),
         start_ms: Some(start),
-        end_ms: None,
-        max_fires: None,
-        misfire: MisfirePolicy::FireOnce,
+        ..ktimer::schedule::CronSpec::new("*/2 * * * * *", "Asia/Kolkata")
     };
     let preview: Vec<i64> = ktimer::preview::next(&spec, start - 1, 3)
         .unwrap()

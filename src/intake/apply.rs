@@ -9,6 +9,7 @@ use crate::ownership::Running;
 use crate::retry::Retry;
 use crate::store::{ApplyResult, Written};
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op};
+use rdkafka::Message;
 use rdkafka::Offset;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -150,6 +151,7 @@ impl Intake {
             slots,
             marks,
             since,
+            records,
         } = batch;
         let (applied, mut fenced, written) = applied?;
         for ((slot, req), a) in slots.into_iter().zip(&requests).zip(applied) {
@@ -172,8 +174,9 @@ impl Intake {
             }
             let h = &mut handled[slot];
             fill(&mut h.result, a);
-            if let Some(payload) = h.payload.take().filter(|_| poisoned) {
-                self.dead_letter(h, &payload).await;
+            if poisoned {
+                let payload = records[h.record].payload().unwrap_or_default();
+                self.dead_letter(h, payload).await;
             }
         }
         fenced.sort_unstable();

@@ -101,9 +101,8 @@ pub(crate) struct Handled {
     /// A misrouted command's answer: the command itself, produced to its key's partition
     /// (which applies and answers it) instead of a result.
     forward: Option<Forward>,
-    /// A valid command's record value, kept until it is applied: one the store fails on
-    /// every time is copied to the dead-letter topic as it arrived.
-    payload: Option<Vec<u8>>,
+    /// Its record's index in [`prepare::Prepared::records`].
+    record: usize,
 }
 
 /// A command to produce again to the partition its key maps to.
@@ -246,11 +245,11 @@ impl Intake {
         if self.cut.given_up() {
             return;
         }
-        let live: Vec<&OwnedMessage> = msgs
-            .iter()
+        let live: Vec<OwnedMessage> = msgs
+            .into_iter()
             .filter(|m| self.partitions.live(m.partition()).is_some())
             .collect();
-        if let Some(prepared) = self.prepare(&live).await {
+        if let Some(prepared) = self.prepare(live).await {
             self.enqueue(flight, prepared);
         }
     }

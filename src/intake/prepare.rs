@@ -25,6 +25,9 @@ pub(super) struct Prepared {
     pub marks: Vec<Mark>,
     /// When the batch was taken from the consumer.
     pub since: std::time::Instant,
+    /// The batch's records, kept until it is applied: a command the store fails on every
+    /// time is copied from its record to the dead-letter topic ([`Handled::record`]).
+    pub records: Vec<OwnedMessage>,
 }
 
 impl Prepared {
@@ -76,7 +79,7 @@ impl Prepared {
 
 impl Intake {
     /// Prepares the records of live partitions; `None` on shutdown.
-    pub(super) async fn prepare(&self, msgs: &[&OwnedMessage]) -> Option<Prepared> {
+    pub(super) async fn prepare(&self, msgs: Vec<OwnedMessage>) -> Option<Prepared> {
         let now = self.clock.now_ms();
         let mut out = Prepared {
             handled: Vec::with_capacity(msgs.len()),
@@ -84,13 +87,14 @@ impl Intake {
             slots: Vec::new(),
             marks: Vec::new(),
             since: std::time::Instant::now(),
+            records: Vec::new(),
         };
-        for m in msgs {
+        for (i, m) in msgs.iter().enumerate() {
             let Some((epoch, floor)) = self.partitions.live(m.partition()) else {
                 continue;
             };
             mark(&mut out.marks, m.partition(), (epoch, floor), m.offset());
-            let mut h = unanswered(m, now);
+            let mut h = unanswered(m, i, now);
             let payload = m.payload().unwrap_or_default();
             let mut cmd = match self.decode(payload).await? {
                 Ok(cmd) => cmd,
@@ -135,7 +139,6 @@ impl Intake {
             };
             match valid {
                 Ok(op) => {
-                    h.payload = Some(payload.to_vec());
                     out.slots.push(out.handled.len());
                     out.requests.push(ApplyRequest {
                         partition: m.partition(),
@@ -153,6 +156,7 @@ impl Intake {
             }
             out.handled.push(h);
         }
+        out.records = msgs;
         Some(out)
     }
 
@@ -268,8 +272,9 @@ fn mark(marks: &mut Vec<Mark>, partition: i32, (epoch, floor): (i64, i64), offse
     }
 }
 
-/// A record's result before anything is known of its command: rejected, no reason yet.
-fn unanswered(m: &OwnedMessage, now_ms: i64) -> Handled {
+/// A record's result before anything is known of its command: rejected, no reason yet
+/// (`record`: its index in the batch's records).
+fn unanswered(m: &OwnedMessage, record: usize, now_ms: i64) -> Handled {
     let key = m.key().map(<[u8]>::to_vec);
     let mut result = CommandResult::rejected(m.partition(), m.offset(), now_ms);
     result.timer_id = key.as_deref().map(|k| match k.len() > MAX_ID_BYTES {
@@ -282,7 +287,7 @@ fn unanswered(m: &OwnedMessage, now_ms: i64) -> Handled {
         key,
         result,
         forward: None,
-        payload: None,
+        record,
     }
 }
 
@@ -307,6 +312,7 @@ mod tests {
             slots: Vec::new(),
             marks: Vec::new(),
             since: std::time::Instant::now(),
+            records: Vec::new(),
         };
         for &(p, off) in records {
             mark(&mut out.marks, p, (epoch, 3), off);
@@ -333,7 +339,8 @@ mod tests {
                     op: Op::Cancel,
                 });
             }
-            out.handled.push(unanswered(&m, 0));
+            out.handled.push(unanswered(&m, out.records.len(), 0));
+            out.records.push(m);
         }
         out
     }

@@ -10,14 +10,7 @@ fn ms(rfc3339: &str) -> i64 {
 }
 
 fn spec(cron: &str, tz: &str) -> CronSpec {
-    CronSpec {
-        cron: cron.into(),
-        time_zone: tz.into(),
-        start_ms: None,
-        end_ms: None,
-        max_fires: None,
-        misfire: MisfirePolicy::FireOnce,
-    }
+    CronSpec::new(cron, tz)
 }
 
 /// Every occurrence in (`from`, `to`], as RFC 3339 UTC strings.

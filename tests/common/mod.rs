@@ -11,10 +11,12 @@
 //! - [`commands`]: command builders; [`checker`]: the fault scenarios' one checker;
 //! - [`store`]: a store on its own prefix, for the store-level tests;
 //! - [`registry`]: a schema registry stand-in;
+//! - [`api`]: a client of the admin API;
 //! - [`serial`]: one test at a time in a binary whose tests measure timings.
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod api;
 pub mod bound;
 pub mod checker;
 pub mod child;
