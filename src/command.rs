@@ -139,6 +139,14 @@ pub struct TimerCommand {
     /// When the producer sent it (informational).
     #[serde(default)]
     pub sent_at_ms: Option<i64>,
+    /// Repeating: fire every this many ms from `start_ms` (default: one interval after
+    /// the command), instead of `cron`.
+    #[serde(default)]
+    pub every_ms: Option<i64>,
+    /// Any timer: each fire up to this many ms later than its due time, by an offset
+    /// fixed by the timer id and the occurrence.
+    #[serde(default)]
+    pub jitter_ms: Option<i64>,
 }
 
 impl TimerCommand {
@@ -159,6 +167,8 @@ impl TimerCommand {
             misfire: None,
             callback: None,
             sent_at_ms: None,
+            every_ms: None,
+            jitter_ms: None,
         }
     }
 }

@@ -190,7 +190,8 @@ mod spec {
         r#"{"name":"topic","type":["null","string"]},{"name":"key","type":["null","bytes"]},"#,
         r#"{"name":"headers","type":{"type":"map","values":"string"}},{"name":"payload","type":"bytes"},"#,
         r#"{"name":"mode","type":{"name":"io.ktimer.DeliveryMode","type":"enum","symbols":["ENVELOPE","RAW"]}}]}]},"#,
-        r#"{"name":"sent_at_ms","type":["null","long"]}]}"#
+        r#"{"name":"sent_at_ms","type":["null","long"]},"#,
+        r#"{"name":"every_ms","type":["null","long"]},{"name":"jitter_ms","type":["null","long"]}]}"#
     );
 
     #[test]
@@ -205,7 +206,7 @@ mod spec {
         assert_eq!(super::canonical_form(json).unwrap(), TIMER_COMMAND);
         let fp = crc64_avro(TIMER_COMMAND.as_bytes()).to_le_bytes();
         // fastavro 1.x: fingerprint(to_parsing_canonical_form(...), "CRC-64-AVRO").
-        assert_eq!(fp, [0x06, 0x7f, 0xf8, 0xf3, 0xd6, 0x5a, 0xc4, 0xc9]);
+        assert_eq!(fp, [0x71, 0xa1, 0x1f, 0x08, 0x16, 0x89, 0xb2, 0x51]);
         let codec = crate::codec::Codec::new(None).unwrap();
         let cmd = crate::command::TimerCommand::new(crate::command::CommandKind::Cancel, "t", "r");
         let bytes = codec.encode_command(&cmd, "x").await.unwrap();
@@ -215,18 +216,22 @@ mod spec {
             fp,
             "written with the specification's fingerprint"
         );
-        let schema = apache_avro::Schema::parse_str(json).unwrap();
-        let mut old = super::legacy_header(&schema);
-        assert_eq!(old[2..], [0x06, 0x2a, 0xc8, 0x30, 0xe5, 0x3a, 0x66, 0x0f]);
-        old.extend_from_slice(&bytes[10..]);
-        assert_eq!(codec.decode_command(&old).await.unwrap(), cmd);
+        // Earlier versions' datums lack every_ms and jitter_ms (a null union each: one
+        // byte each at the end); Avro schema resolution gives them their defaults.
+        let old_datum = &bytes[10..bytes.len() - 2];
+        assert_eq!(bytes[bytes.len() - 2..], [0, 0]);
+        let with = |header: &[u8]| [header, old_datum].concat();
+        // Version 2 (before every_ms and jitter_ms), fastavro's fingerprint and
+        // apache-avro's header (what ktimer wrote before 0.2).
+        let v2 = [0xC3, 0x01, 0x06, 0x7f, 0xf8, 0xf3, 0xd6, 0x5a, 0xc4, 0xc9];
+        assert_eq!(codec.decode_command(&with(&v2)).await.unwrap(), cmd);
+        let v2_legacy = [0xC3, 0x01, 0x06, 0x2a, 0xc8, 0x30, 0xe5, 0x3a, 0x66, 0x0f];
+        assert_eq!(codec.decode_command(&with(&v2_legacy)).await.unwrap(), cmd);
         // Written with version 1 of the schema (before FIRE_NOW; fastavro's fingerprint).
-        let mut v1 = vec![0xC3, 0x01, 0x36, 0x71, 0x9e, 0x1d, 0x47, 0x6f, 0x81, 0x51];
-        v1.extend_from_slice(&bytes[10..]);
-        assert_eq!(codec.decode_command(&v1).await.unwrap(), cmd);
+        let v1 = [0xC3, 0x01, 0x36, 0x71, 0x9e, 0x1d, 0x47, 0x6f, 0x81, 0x51];
+        assert_eq!(codec.decode_command(&with(&v1)).await.unwrap(), cmd);
         // ... and with apache-avro's header of version 1 (what ktimer 0.1 wrote).
-        let mut v1_legacy = vec![0xC3, 0x01, 0x11, 0x6b, 0x84, 0x5f, 0x45, 0x74, 0xed, 0xac];
-        v1_legacy.extend_from_slice(&bytes[10..]);
-        assert_eq!(codec.decode_command(&v1_legacy).await.unwrap(), cmd);
+        let v1_legacy = [0xC3, 0x01, 0x11, 0x6b, 0x84, 0x5f, 0x45, 0x74, 0xed, 0xac];
+        assert_eq!(codec.decode_command(&with(&v1_legacy)).await.unwrap(), cmd);
     }
 }

@@ -177,7 +177,7 @@ impl Migrator {
     /// The next window of `d`, planned at `now` under its misfire policy.
     fn occurrences(&self, d: &CronDue, now: i64) -> Occurrences {
         let compiled = match &d.spec {
-            Ok(spec) => spec.compile().map(|c| (c, spec.misfire)),
+            Ok(spec) => spec.compile(&d.timer_id).map(|c| (c, spec.misfire)),
             Err(e) => Err(e.to_string()),
         };
         match compiled {

@@ -1,5 +1,5 @@
-//! `ktimer next`: the next due instants of a cron schedule, from the code the trigger
-//! uses ([`crate::schedule`]), with the zone's wall clock and a note wherever the zone's
+//! `ktimer next`: the next due instants of a repeating schedule (cron or interval, with
+//! its jitter), from the code the trigger uses ([`crate::schedule`]), with the zone's wall clock and a note wherever the zone's
 //! offset changes (a daylight-saving jump: a skipped local time fires right after the
 //! jump; a repeated hour fires once, or twice for schedules whose hour field is `*`).
 
@@ -18,10 +18,11 @@ pub struct Due {
     pub note: Option<String>,
 }
 
-/// The first `n` due instants of `spec` after `after_ms` (what the trigger would fire,
-/// none missed), or why the schedule is invalid.
-pub fn next(spec: &CronSpec, after_ms: i64, n: usize) -> Result<Vec<Due>, String> {
-    let compiled = spec.compile()?;
+/// The first `n` due instants of `spec` of timer `timer_id` (which seeds its jitter)
+/// after `after_ms` (what the trigger would fire, none missed), or why the schedule is
+/// invalid.
+pub fn next(spec: &CronSpec, timer_id: &str, after_ms: i64, n: usize) -> Result<Vec<Due>, String> {
+    let compiled = spec.compile(timer_id)?;
     let mut out: Vec<Due> = Vec::with_capacity(n);
     let mut from = after_ms;
     // Occurrences come in windows (a year at a time), so a sparse schedule is found too.
@@ -55,13 +56,19 @@ pub fn next(spec: &CronSpec, after_ms: i64, n: usize) -> Result<Vec<Due>, String
 
 /// `ktimer next`: prints the next due instants, one per line.
 pub fn run(args: NextArgs) -> anyhow::Result<()> {
-    let spec = CronSpec {
-        start_ms: args.start_ms,
-        end_ms: args.end_ms,
-        ..CronSpec::new(&args.cron, &args.time_zone)
-    };
     let from = args.from_ms.unwrap_or_else(crate::now_ms);
-    let dues = next(&spec, from, args.count).map_err(anyhow::Error::msg)?;
+    let spec = CronSpec {
+        start_ms: match args.every_ms {
+            // As the service anchors an interval without start_ms: one interval on.
+            Some(every) => Some(args.start_ms.unwrap_or(from.saturating_add(every))),
+            None => args.start_ms,
+        },
+        end_ms: args.end_ms,
+        every_ms: args.every_ms,
+        jitter_ms: args.jitter_ms,
+        ..CronSpec::new(args.cron.as_deref().unwrap_or(""), &args.time_zone)
+    };
+    let dues = next(&spec, &args.timer_id, from, args.count).map_err(anyhow::Error::msg)?;
     if dues.is_empty() {
         println!("no due instant after {from} ms");
     }
@@ -89,7 +96,13 @@ mod tests {
 
     #[test]
     fn a_skipped_local_time_fires_right_after_the_jump_with_a_note() {
-        let dues = next(&spec("0 30 2 * * *", "Europe/Berlin"), BEFORE_SPRING, 3).unwrap();
+        let dues = next(
+            &spec("0 30 2 * * *", "Europe/Berlin"),
+            "t",
+            BEFORE_SPRING,
+            3,
+        )
+        .unwrap();
         let local: Vec<&str> = dues.iter().map(|d| d.local.as_str()).collect();
         assert_eq!(
             local,
@@ -100,7 +113,13 @@ mod tests {
             ]
         );
         assert_eq!(dues[0].note, None, "nothing before it to compare");
-        let hourly = next(&spec("0 0 * * * *", "Europe/Berlin"), BEFORE_SPRING, 16).unwrap();
+        let hourly = next(
+            &spec("0 0 * * * *", "Europe/Berlin"),
+            "t",
+            BEFORE_SPRING,
+            16,
+        )
+        .unwrap();
         let noted: Vec<_> = hourly.iter().filter_map(|d| d.note.clone()).collect();
         assert_eq!(noted, ["the clock moved: UTC+01:00 -> UTC+02:00"]);
     }
@@ -108,20 +127,24 @@ mod tests {
     #[test]
     fn the_preview_is_the_schedules_own_occurrences() {
         let s = spec("*/15 * * * * *", "UTC");
-        let dues: Vec<i64> = next(&s, 1_000, 5)
+        let dues: Vec<i64> = next(&s, "t", 1_000, 5)
             .unwrap()
             .iter()
             .map(|d| d.due_ms)
             .collect();
         assert_eq!(dues, [15_000, 30_000, 45_000, 60_000, 75_000]);
         let once_a_year = spec("0 0 0 1 1 *", "UTC");
-        let d = next(&once_a_year, 0, 2).unwrap();
+        let d = next(&once_a_year, "t", 0, 2).unwrap();
         assert_eq!(d.len(), 2, "found across windows: {d:?}");
         let ended = CronSpec {
             end_ms: Some(40_000),
             ..s
         };
-        assert_eq!(next(&ended, 1_000, 5).unwrap().len(), 2, "end_ms stops it");
-        assert!(next(&spec("nonsense", "UTC"), 0, 1).is_err());
+        assert_eq!(
+            next(&ended, "t", 1_000, 5).unwrap().len(),
+            2,
+            "end_ms stops it"
+        );
+        assert!(next(&spec("nonsense", "UTC"), "t", 0, 1).is_err());
     }
 }

@@ -12,25 +12,38 @@
 //!   as "every 5 seconds"), which keep firing in absolute time through the repeated hour,
 //!   like cronie's and Vixie cron's wildcard jobs.
 //!
-//! [`CronSpec::plan`] computes the occurrences of a window and applies the misfire policy
+//! An interval schedule (`every_ms`) fires at its anchor (`start_ms`) plus whole
+//! intervals, each instant computed from the anchor (never from the last fire), so it
+//! does not drift ([`every`]). Either kind may spread its fires with a jitter: each
+//! occurrence fires a deterministic offset later, derived from the timer id and the
+//! occurrence ([`jitter`]), so a retry or a rebuild fires it at the same instant.
+//!
+//! [`Compiled::plan`] computes the occurrences of a window and applies the misfire policy
 //! to the ones that were missed.
 
 use crate::command::MisfirePolicy;
-use chrono::{DateTime, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use cron::TimeUnitSpec;
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
+
+mod every;
+pub mod jitter;
+mod wall;
 
 /// The latest instant ktimer accepts: 9999-12-31T23:59:59.999Z. Every instant a command
 /// names is checked against it (and against 0) before any arithmetic. (Here, where the
 /// schedules that compute instants live; `timer` re-exports it.)
 pub const MAX_INSTANT_MS: i64 = 253_402_300_799_999;
 
-/// A cron timer's schedule, as given in the command (stored as JSON with the timer).
+/// A repeating timer's schedule, as given in the command (stored as JSON with the
+/// timer): a cron expression, or an interval (`every_ms`, anchored at `start_ms`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CronSpec {
-    /// The expression as given (6 or 7 fields with seconds, or the 5-field form).
+    /// The expression as given (6 or 7 fields with seconds, or the 5-field form); empty
+    /// for an interval.
+    #[serde(default)]
     pub cron: String,
     /// IANA zone name.
     pub time_zone: String,
@@ -42,18 +55,48 @@ pub struct CronSpec {
     pub max_fires: Option<i64>,
     /// What to do with missed occurrences.
     pub misfire: MisfirePolicy,
+    /// An interval instead of `cron`: fires at `start_ms + k * every_ms` (k >= 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every_ms: Option<i64>,
+    /// Each occurrence fires up to this much later: a deterministic offset in
+    /// `[0, jitter_ms)` of the timer id and the occurrence ([`jitter`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<i64>,
 }
 
-/// A parsed [`CronSpec`], ready to compute occurrences.
+/// How a schedule produces its instants.
+#[derive(Debug, Clone)]
+enum Rule {
+    /// A cron expression on the zone's wall clock.
+    Cron {
+        schedule: Box<cron::Schedule>,
+        /// False for interval-like expressions (hour field `*`): they fire in both passes
+        /// of a repeated hour.
+        wall_clock: bool,
+    },
+    /// Every `every_ms` from `anchor_ms`.
+    Every { every_ms: i64, anchor_ms: i64 },
+}
+
+/// Why a rule stopped listing instants.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stop {
+    /// Past the window's upper bound.
+    Upper,
+    /// At the cap.
+    Capped,
+    /// The rule has no more instants, ever.
+    Ended,
+}
+
+/// A parsed [`CronSpec`] of one timer, ready to compute occurrences.
 #[derive(Debug, Clone)]
 pub struct Compiled {
-    schedule: cron::Schedule,
+    rule: Rule,
     tz: Tz,
-    /// False for interval schedules (hour field `*`): they fire in both passes of a
-    /// repeated hour.
-    wall_clock: bool,
     start_ms: Option<i64>,
     end_ms: Option<i64>,
+    jitter: Option<jitter::Jitter>,
 }
 
 /// Occurrences computed for a window.
@@ -109,14 +152,24 @@ impl CronSpec {
             end_ms: None,
             max_fires: None,
             misfire: MisfirePolicy::FireOnce,
+            every_ms: None,
+            jitter_ms: None,
         }
     }
 
-    /// Parses the expression and the zone; the error says what is wrong.
-    pub fn compile(&self) -> Result<Compiled, String> {
-        let expr = normalize(&self.cron)?;
-        let schedule = cron::Schedule::from_str(&expr)
-            .map_err(|e| format!("invalid cron expression {:?}: {e}", self.cron))?;
+    /// Every `every_ms` from `start_ms`, in UTC, otherwise as [`CronSpec::new`].
+    pub fn every(every_ms: i64, start_ms: i64) -> CronSpec {
+        CronSpec {
+            every_ms: Some(every_ms),
+            start_ms: Some(start_ms),
+            ..CronSpec::new("", "UTC")
+        }
+    }
+
+    /// Parses the schedule and the zone for timer `timer_id` (whose id seeds the
+    /// jitter); the error says what is wrong.
+    pub fn compile(&self, timer_id: &str) -> Result<Compiled, String> {
+        let rule = self.rule()?;
         let tz = Tz::from_str(&self.time_zone).map_err(|_| {
             format!(
                 "unknown time zone {:?} (use an IANA name such as Europe/Berlin)",
@@ -139,19 +192,48 @@ impl CronSpec {
                 return Err(format!("max_fires must be positive, got {m}"));
             }
         }
+        let jitter = jitter::Jitter::new(timer_id, self.jitter_ms)?;
         Ok(Compiled {
-            wall_clock: !schedule.hours().is_all(),
-            schedule,
+            rule,
             tz,
             start_ms: self.start_ms,
             end_ms: self.end_ms,
+            jitter,
         })
+    }
+
+    /// The cron expression or the interval, exactly one of them.
+    fn rule(&self) -> Result<Rule, String> {
+        match (self.every_ms, self.cron.trim().is_empty()) {
+            (Some(_), false) => Err("set cron or every_ms, not both".into()),
+            (Some(every_ms), true) => every::rule(every_ms, self.start_ms),
+            (None, true) => Err("a repeating timer needs cron or every_ms".into()),
+            (None, false) => {
+                let expr = wall::normalize(&self.cron)?;
+                let schedule = cron::Schedule::from_str(&expr)
+                    .map_err(|e| format!("invalid cron expression {:?}: {e}", self.cron))?;
+                Ok(Rule::Cron {
+                    wall_clock: !schedule.hours().is_all(),
+                    schedule: Box::new(schedule),
+                })
+            }
+        }
     }
 }
 
 impl Compiled {
-    /// Occurrences strictly after `after_ms` and at or before `until_ms`, at most `cap`.
+    /// Occurrences strictly after `after_ms` and at or before `until_ms`, at most `cap`
+    /// (the window bounds the nominal instants; the dues are jittered, in order).
     pub fn occurrences(&self, after_ms: i64, until_ms: i64, cap: usize) -> Occurrences {
+        let mut o = self.nominal(after_ms, until_ms, cap);
+        if let Some(j) = &self.jitter {
+            j.apply(&mut o.dues);
+        }
+        o
+    }
+
+    /// [`Compiled::occurrences`] without the jitter.
+    fn nominal(&self, after_ms: i64, until_ms: i64, cap: usize) -> Occurrences {
         // Within [0, MAX_INSTANT_MS], so the hour arithmetic below stays in chrono's range.
         let bound = MAX_INSTANT_MS;
         let lower = after_ms
@@ -171,55 +253,25 @@ impl Compiled {
         if lower > upper {
             return empty(beyond_end);
         }
-        // Start early enough that local times which map forward (a gap) or a second
-        // time (an overlap) onto instants >= lower are seen: back by the offset change
-        // of the surrounding hours, if any.
-        let off = |t: DateTime<Utc>| {
-            let o = self.tz.offset_from_utc_datetime(&t.naive_utc());
-            o.fix().local_minus_utc()
+        let cap = cap.max(1);
+        let (dues, stop) = match &self.rule {
+            Rule::Cron { schedule, .. } => self.cron_dues(schedule, lower_t, upper, cap),
+            Rule::Every {
+                every_ms,
+                anchor_ms,
+            } => every::dues(*anchor_ms, *every_ms, lower, upper, cap),
         };
-        let hours = chrono::Duration::hours(3);
-        let shift = (off(lower_t) - off(lower_t - hours))
-            .abs()
-            .max((off(lower_t + hours) - off(lower_t)).abs());
-        let start_local = self.local(lower_t)
-            - chrono::Duration::seconds(shift as i64)
-            - chrono::Duration::milliseconds(1);
-        let mut dues = Vec::new();
-        let mut exhausted = true;
-        // Whether the loop stopped at the cap (dues may be fewer once a gap's collapsed
-        // duplicates are removed: the window is still covered only up to the last).
-        let mut capped = false;
-        for naive in self.schedule.after(&start_local.and_utc()) {
-            let naive = naive.naive_utc();
-            let (first, second) = self.map(naive);
-            if first > upper {
-                exhausted = beyond_end;
-                break;
-            }
-            for t in [Some(first), second].into_iter().flatten() {
-                if t >= lower && t <= upper {
-                    dues.push(t);
-                }
-            }
-            // Past an overlap (a single mapping), everything collected precedes what follows.
-            if second.is_none() && dues.len() >= cap {
-                exhausted = false;
-                capped = true;
-                break;
-            }
-        }
-        dues.sort_unstable();
-        dues.dedup();
-        if dues.len() > cap {
-            dues.truncate(cap);
-        }
-        let covered_ms = match (capped || dues.len() >= cap, dues.last()) {
+        let covered_ms = match (stop == Stop::Capped || dues.len() >= cap, dues.last()) {
             (true, Some(&last)) => last,
             _ => until_ms.max(after_ms),
         };
+        let exhausted = match stop {
+            Stop::Upper => beyond_end,
+            Stop::Capped => false,
+            Stop::Ended => true,
+        };
         Occurrences {
-            exhausted: exhausted && !capped && dues.len() < cap,
+            exhausted: exhausted && dues.len() < cap,
             dues,
             covered_ms,
         }
@@ -259,88 +311,10 @@ impl Compiled {
     pub fn wall_clock(&self, ms: i64) -> Option<DateTime<Tz>> {
         Some(instant(ms)?.with_timezone(&self.tz))
     }
-
-    fn local(&self, t: DateTime<Utc>) -> NaiveDateTime {
-        t.with_timezone(&self.tz).naive_local()
-    }
-
-    /// The instant(s) of a local time under the DST rules of the module doc.
-    fn map(&self, naive: NaiveDateTime) -> (i64, Option<i64>) {
-        use chrono::LocalResult;
-        match self.tz.from_local_datetime(&naive) {
-            LocalResult::Single(t) => (t.timestamp_millis(), None),
-            LocalResult::Ambiguous(a, b) => (
-                a.timestamp_millis(),
-                (!self.wall_clock).then(|| b.timestamp_millis()),
-            ),
-            LocalResult::None => (self.after_gap(naive), None),
-        }
-    }
-
-    /// The first instant whose local time is at or after `naive` (which a gap skipped).
-    fn after_gap(&self, naive: NaiveDateTime) -> i64 {
-        let target = naive.and_utc().timestamp();
-        // Local time minus UTC is within ±26 h everywhere.
-        let (mut lo, mut hi) = (target - 26 * 3600, target + 26 * 3600);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let t = DateTime::<Utc>::from_timestamp(mid, 0).unwrap_or_default();
-            if self.local(t).and_utc().timestamp() >= target {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        lo * 1000
-    }
 }
 
 fn instant(ms: i64) -> Option<DateTime<Utc>> {
     DateTime::<Utc>::from_timestamp_millis(ms)
-}
-
-/// Accepts the 5-field form (minute hour day month weekday, weekday 0-7 with 0 and 7 =
-/// Sunday) by adding a seconds field and naming the weekdays; 6 and 7 fields pass as is.
-fn normalize(expr: &str) -> Result<String, String> {
-    let fields: Vec<&str> = expr.split_whitespace().collect();
-    match fields.len() {
-        1 if fields[0].starts_with('@') => Ok(fields[0].to_string()),
-        5 => {
-            let dow = unix_weekdays(fields[4])?;
-            Ok(format!("0 {} {} {} {} {dow}", fields[0], fields[1], fields[2], fields[3]))
-        }
-        6 | 7 => Ok(fields.join(" ")),
-        n => Err(format!(
-            "invalid cron expression {expr:?}: expected 5 fields (min hour day month weekday), 6 with seconds first, or 7 with a year; got {n}"
-        )),
-    }
-}
-
-fn unix_weekdays(field: &str) -> Result<String, String> {
-    const NAMES: [&str; 8] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT", "SUN"];
-    let name = |s: &str| -> Result<String, String> {
-        match s.parse::<usize>() {
-            Ok(n) if n < NAMES.len() => Ok(NAMES[n].to_string()),
-            Ok(n) => Err(format!("weekday {n} is out of range 0-7")),
-            Err(_) => Ok(s.to_string()),
-        }
-    };
-    let items = field.split(',').map(|item| {
-        let (range, step) = match item.split_once('/') {
-            Some((r, s)) => (r, Some(s)),
-            None => (item, None),
-        };
-        let range = range
-            .split('-')
-            .map(name)
-            .collect::<Result<Vec<_>, _>>()?
-            .join("-");
-        Ok(match step {
-            Some(s) => format!("{range}/{s}"),
-            None => range,
-        })
-    });
-    Ok(items.collect::<Result<Vec<String>, String>>()?.join(","))
 }
 
 #[cfg(test)]

@@ -184,13 +184,14 @@ fn extreme_command() -> impl Strategy<Value = (TimerCommand, i64, i64)> {
     (
         kinds,
         (opt(), opt(), opt(), opt(), opt()),
+        (opt(), opt()),
         prop::option::of(crons),
         zones,
         extreme(),
         extreme(),
     )
         .prop_map(
-            |(kind, (at, delay, start, end, max), cron, zone, ts, now)| {
+            |(kind, (at, delay, start, end, max), (every, jitter), cron, zone, ts, now)| {
                 let cmd = TimerCommand {
                     at_ms: at,
                     delay_ms: delay,
@@ -200,6 +201,8 @@ fn extreme_command() -> impl Strategy<Value = (TimerCommand, i64, i64)> {
                     cron: cron.map(str::to_string),
                     time_zone: Some(zone.to_string()),
                     misfire: Some(MisfirePolicy::FireOnce),
+                    every_ms: every,
+                    jitter_ms: jitter,
                     ..TimerCommand::new(kind, "t", "r")
                 };
                 (cmd, ts, now)
@@ -219,7 +222,7 @@ proptest! {
             = validate(&cmd, Some(b"t"), ts, now, &limits)
         {
             // What the migrator does later: the next window, from where the last ended.
-            let compiled = spec.compile().expect("validated");
+            let compiled = spec.compile("t").expect("validated");
             let _ = compiled.plan(first.covered_ms, later.clamp(0, MAX_INSTANT_MS), spec.misfire, &limits.plan);
         }
     }

@@ -10,7 +10,10 @@
 //! Anything else is rejected with a reason. Results and fired envelopes are written in
 //! the Confluent format when a registry is configured, as single objects otherwise.
 
+mod built;
 mod state;
+
+use built::Built;
 
 pub use state::{
     decode_checkpoint, decode_timer_state, encode_checkpoint, encode_timer_state,
@@ -19,15 +22,10 @@ pub use state::{
 
 use crate::command::{CommandResult, FiredEvent, TimerCommand};
 use crate::timer::TimerDef;
-use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::types::Value;
-use apache_avro::writer::datum::GenericDatumWriter;
-use apache_avro::Schema;
 use schema_registry_converter::async_impl::avro::{AvroDecoder, AvroEncoder};
 use schema_registry_converter::async_impl::schema_registry::SrSettings;
-use schema_registry_converter::schema_registry_common::{
-    SchemaType, SubjectNameStrategy, SuppliedSchema,
-};
+use schema_registry_converter::schema_registry_common::SubjectNameStrategy;
 use serde::{de::DeserializeOwned, Serialize};
 use std::sync::LazyLock;
 
@@ -88,109 +86,6 @@ impl Encoding {
     }
 }
 
-/// One built-in schema with its reader, writer and single-object header.
-struct Built {
-    schema: &'static Schema,
-    json: &'static str,
-    /// The specification's single-object header, written and read.
-    header: Vec<u8>,
-    /// apache-avro's header (written by ktimer before 0.2), still read.
-    legacy: Vec<u8>,
-    /// Headers (both kinds) of earlier versions of the schema whose datums read as this
-    /// one's: versions that differ only by enum symbols added at the end.
-    previous: Vec<Vec<u8>>,
-    reader: GenericDatumReader<'static>,
-    writer: GenericDatumWriter<'static>,
-}
-
-impl Built {
-    /// The schema `json`, reading single objects written with `previous` versions too.
-    fn with_previous(json: &'static str, previous: &[&str]) -> Built {
-        let mut b = Built::new(json);
-        for p in previous {
-            let schema = Schema::parse_str(p).expect("previous schema parses");
-            b.previous
-                .push(crate::fingerprint::header(p).expect("previous schema fingerprints"));
-            b.previous.push(crate::fingerprint::legacy_header(&schema));
-        }
-        b
-    }
-
-    fn new(json: &'static str) -> Built {
-        let schema: &'static Schema = Box::leak(Box::new(
-            Schema::parse_str(json).expect("built-in schema parses"),
-        ));
-        Built {
-            schema,
-            json,
-            header: crate::fingerprint::header(json).expect("built-in schema fingerprints"),
-            legacy: crate::fingerprint::legacy_header(schema),
-            previous: Vec::new(),
-            reader: GenericDatumReader::builder(schema).build().expect("reader"),
-            writer: GenericDatumWriter::builder(schema).build().expect("writer"),
-        }
-    }
-
-    fn datum<T: Serialize>(&self, v: &T, out: &mut Vec<u8>) -> Result<(), CodecError> {
-        // Schema-aware serialisation straight to bytes: no intermediate `Value` tree and
-        // no name resolution per record (the profile's largest codec cost).
-        self.writer
-            .write_ser(out, v)
-            .map_err(|e| CodecError::Encode(e.to_string()))?;
-        Ok(())
-    }
-
-    fn single<T: Serialize>(&self, v: &T) -> Result<Vec<u8>, CodecError> {
-        let mut out = self.header.clone();
-        self.datum(v, &mut out)?;
-        Ok(out)
-    }
-
-    fn read_datum<T: DeserializeOwned>(&self, mut bytes: &[u8]) -> Result<T, CodecError> {
-        let value = self
-            .reader
-            .read_deser(&mut bytes)
-            .map_err(|e| CodecError::Malformed(format!("invalid Avro datum: {e}")))?;
-        if !bytes.is_empty() {
-            return Err(CodecError::Malformed(format!(
-                "{} bytes left over after the Avro datum",
-                bytes.len()
-            )));
-        }
-        Ok(value)
-    }
-
-    fn read_single<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, CodecError> {
-        let rest = bytes
-            .strip_prefix(self.header.as_slice())
-            .or_else(|| bytes.strip_prefix(self.legacy.as_slice()))
-            .or_else(|| {
-                self.previous
-                    .iter()
-                    .find_map(|h| bytes.strip_prefix(h.as_slice()))
-            });
-        match rest {
-            Some(rest) => self.read_datum(rest),
-            None if bytes.len() < self.header.len() => Err(CodecError::Malformed(
-                "truncated Avro single-object header".into(),
-            )),
-            None => Err(CodecError::Malformed(format!(
-                "Avro single object with unknown schema fingerprint {:02x?}; expected the {} schema",
-                &bytes[2..10],
-                self.schema.name().map(|n| n.fullname(None)).unwrap_or_default()
-            ))),
-        }
-    }
-
-    fn supplied(&self) -> SuppliedSchema {
-        SuppliedSchema::new(
-            self.schema.name().map(|n| n.fullname(None)),
-            SchemaType::Avro,
-            self.json.to_string(),
-        )
-    }
-}
-
 fn from_value<T: DeserializeOwned>(v: &Value) -> Result<T, CodecError> {
     apache_avro::from_value(v).map_err(|e| CodecError::Malformed(format!("invalid fields: {e}")))
 }
@@ -213,10 +108,14 @@ pub const MAX_ALLOCATION_BYTES: usize = 4 << 20;
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
     apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
     Schemas {
-        // Version 1 lacked FIRE_NOW (added at the end of CommandKind).
+        // Version 1 lacked FIRE_NOW (added at the end of CommandKind); version 2 lacked
+        // every_ms and jitter_ms (added at the end, with defaults).
         command: Built::with_previous(
             include_str!("../../schemas/timer_command.avsc"),
-            &[include_str!("../../schemas/previous/timer_command.v1.avsc")],
+            &[
+                include_str!("../../schemas/previous/timer_command.v1.avsc"),
+                include_str!("../../schemas/previous/timer_command.v2.avsc"),
+            ],
         ),
         result: Built::new(include_str!("../../schemas/command_result.avsc")),
         fired: Built::new(include_str!("../../schemas/fired_event.avsc")),

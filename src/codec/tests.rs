@@ -1,5 +1,7 @@
 use super::*;
 use crate::command::{Callback, CommandKind, DeliveryMode};
+use apache_avro::writer::datum::GenericDatumWriter;
+use apache_avro::Schema;
 
 fn cmd() -> TimerCommand {
     TimerCommand {

@@ -3,7 +3,7 @@
 
 use crate::allow::AllowList;
 use crate::command::{Callback, CommandKind, MisfirePolicy, TimerCommand};
-use crate::schedule::{CronSpec, PlanConfig};
+use crate::schedule::{jitter, CronSpec, PlanConfig};
 use crate::timer::{Op, Schedule, TimerDef};
 use std::sync::Arc;
 
@@ -155,6 +155,7 @@ fn schedule_of(
     limits: &Limits,
 ) -> Result<Schedule, String> {
     let cron_fields = cmd.cron.is_some()
+        || cmd.every_ms.is_some()
         || cmd.time_zone.is_some()
         || cmd.start_ms.is_some()
         || cmd.end_ms.is_some()
@@ -165,16 +166,16 @@ fn schedule_of(
         Some(CommandKind::CreateCron) => true,
         Some(_) => false,
         None if cron_fields == once_fields => return Err(
-            "UPDATE needs the new schedule: cron (with its options) or at_ms/delay_ms, not both"
+            "UPDATE needs the new schedule: cron or every_ms (with their options) or at_ms/delay_ms, not both"
                 .into(),
         ),
         None => cron_fields,
     };
     if !cron {
         if cron_fields {
-            return Err("cron, time_zone, start_ms, end_ms, max_fires and misfire apply to cron timers; a one-shot timer always fires, late if it must".into());
+            return Err("cron, every_ms, time_zone, start_ms, end_ms, max_fires and misfire apply to repeating timers; a one-shot timer always fires, late if it must".into());
         }
-        let due_ms = due_of(cmd, record_ts_ms)?;
+        let due_ms = jitter::one_shot(&cmd.timer_id, due_of(cmd, record_ts_ms)?, cmd.jitter_ms)?;
         if due_ms.saturating_sub(now_ms) > limits.max_horizon_ms {
             return Err(format!(
                 "due time {due_ms} is more than {} days ahead",
@@ -184,20 +185,13 @@ fn schedule_of(
         return Ok(Schedule::Once { due_ms });
     }
     if once_fields {
-        return Err("at_ms and delay_ms apply to one-shot timers; a cron timer takes cron".into());
+        return Err(
+            "at_ms and delay_ms apply to one-shot timers; a repeating timer takes cron or every_ms"
+                .into(),
+        );
     }
-    let Some(expr) = cmd.cron.clone() else {
-        return Err("CREATE_CRON needs cron".into());
-    };
-    let spec = CronSpec {
-        cron: expr,
-        time_zone: cmd.time_zone.clone().unwrap_or_else(|| "UTC".into()),
-        start_ms: cmd.start_ms,
-        end_ms: cmd.end_ms,
-        max_fires: cmd.max_fires,
-        misfire: cmd.misfire.unwrap_or(MisfirePolicy::FireOnce),
-    };
-    let compiled = spec.compile()?;
+    let spec = repeating_spec(cmd, record_ts_ms)?;
+    let compiled = spec.compile(&cmd.timer_id)?;
     let after = record_ts_ms.max(spec.start_ms.unwrap_or(i64::MIN)) - 1;
     let first = compiled.plan(after, now_ms, spec.misfire, &limits.plan);
     if first.dues.is_empty() && first.exhausted {
@@ -219,6 +213,35 @@ fn schedule_of(
         spec,
         first,
         next_ms,
+    })
+}
+
+/// The schedule of a repeating timer: its cron expression, or its interval anchored at
+/// `start_ms` (default one interval after the command's record timestamp).
+fn repeating_spec(cmd: &TimerCommand, record_ts_ms: i64) -> Result<CronSpec, String> {
+    let start_ms = match cmd.every_ms {
+        Some(every) if cmd.start_ms.is_none() && every > 0 => Some(
+            record_ts_ms
+                .checked_add(every)
+                .filter(|s| *s <= MAX_INSTANT_MS)
+                .ok_or_else(|| {
+                    format!("every_ms {every} puts the first fire past {MAX_INSTANT_MS}")
+                })?,
+        ),
+        _ => cmd.start_ms,
+    };
+    if cmd.cron.is_none() && cmd.every_ms.is_none() {
+        return Err("CREATE_CRON needs cron or every_ms".into());
+    }
+    Ok(CronSpec {
+        cron: cmd.cron.clone().unwrap_or_default(),
+        time_zone: cmd.time_zone.clone().unwrap_or_else(|| "UTC".into()),
+        start_ms,
+        end_ms: cmd.end_ms,
+        max_fires: cmd.max_fires,
+        misfire: cmd.misfire.unwrap_or(MisfirePolicy::FireOnce),
+        every_ms: cmd.every_ms,
+        jitter_ms: cmd.jitter_ms,
     })
 }
 

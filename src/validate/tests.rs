@@ -93,7 +93,7 @@ fn cron_and_lifecycle_commands() {
         misfire: Some(MisfirePolicy::Skip),
         ..once(Some(now), None)
     })
-    .contains("cron timers"));
+    .contains("repeating timers"));
     assert!(err(TimerCommand::new(CommandKind::CreateCron, "t", "r")).contains("needs cron"));
     // UPDATE takes one schedule, of either kind; the callback is optional.
     assert!(err(TimerCommand::new(CommandKind::Update, "t", "r")).contains("UPDATE needs"));

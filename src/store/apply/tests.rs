@@ -80,6 +80,8 @@ fn cron_update_args_carry_the_window() {
         end_ms: None,
         max_fires: Some(3),
         misfire: MisfirePolicy::Skip,
+        every_ms: None,
+        jitter_ms: None,
     };
     let first = Occurrences {
         dues: vec![5_000, 10_000],

@@ -1,0 +1,180 @@
+//! Interval timers (`every_ms`) and jitter (`jitter_ms`) end to end, against a real
+//! broker and Redis: fires on the interval's grid with no drift, a long interval landing
+//! exactly, and a thousand jittered cron timers spread over the jitter window, each at
+//! the instant the schedule's jitter names, also after Redis was emptied and rebuilt.
+
+mod common;
+
+use common::{cron, Collected, Fired, TestEnv};
+use ktimer::command::{CommandResult, Outcome, TimerCommand};
+use ktimer::now_ms;
+use ktimer::schedule::jitter::Jitter;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A repeating timer firing every `every_ms` from `start_ms`.
+fn every(timer_id: &str, every_ms: i64, start_ms: Option<i64>) -> TimerCommand {
+    TimerCommand {
+        cron: None,
+        every_ms: Some(every_ms),
+        start_ms,
+        ..cron(timer_id, "", "tick")
+    }
+}
+
+async fn accepted(env: &TestEnv, got: &mut Collected, cmd: &TimerCommand) -> CommandResult {
+    env.send(cmd, None).await;
+    let r = got.results(1, WAIT).await.remove(0);
+    assert_eq!(r.outcome, Outcome::Accepted, "{r:?}");
+    r
+}
+
+/// Never early, and on time (within `late_ms`).
+fn assert_on_time(f: &Fired, late_ms: i64) {
+    assert!(f.fired_ms >= f.due_ms, "early: {f:?}");
+    assert!(
+        f.fired_ms - f.due_ms <= late_ms,
+        "{} ms late: {f:?}",
+        f.fired_ms - f.due_ms
+    );
+}
+
+/// 250 ms for 40 fires: fire k is due at exactly anchor + 250 k (no drift from the
+/// lateness of the fires before it), none early, each on time; then it completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interval_of_250_ms_fires_40_times_on_its_grid() {
+    let env = TestEnv::new("every-250", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let anchor = now_ms() + 2_000;
+    let mut cmd = every("i-250", 250, Some(anchor));
+    cmd.max_fires = Some(40);
+    let r = accepted(&env, &mut got, &cmd).await;
+    assert_eq!(r.due_ms, Some(anchor), "the first fire is the anchor");
+    // Fires are at least once: a redelivered one (same fire id) is counted, not failed.
+    let mut fires: Vec<Fired> = Vec::new();
+    let mut copies = 0;
+    while fires.len() < 40 {
+        let f = got.fires(1, WAIT).await.remove(0);
+        match fires.iter().any(|g| g.fire_id == f.fire_id) {
+            true => copies += 1,
+            false => fires.push(f),
+        }
+    }
+    fires.sort_by_key(|f| f.due_ms);
+    for (k, f) in fires.iter().enumerate() {
+        assert_eq!(f.timer_id, "i-250");
+        assert_eq!(f.due_ms, anchor + 250 * k as i64, "fire {k}");
+        assert_on_time(f, 200);
+    }
+    assert!(copies <= 2, "{copies} fires delivered again");
+    // The 41st would be due 250 ms after the 40th: nothing new comes.
+    let more = tokio::time::timeout(Duration::from_millis(1_500), got.fired.recv()).await;
+    if let Ok(Some(f)) = more {
+        assert!(
+            fires.iter().any(|g| g.fire_id == f.fire_id),
+            "a fire past max_fires: {f:?}"
+        );
+    }
+    svc.stop().await;
+}
+
+/// A 36-hour interval anchored 36 hours minus 3 s ago: its next fire is the anchor plus
+/// exactly 36 h (the result says so, and it fires then), the one after that 72 h.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_36_hour_interval_lands_exactly() {
+    let env = TestEnv::new("every-36h", 1, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let h36 = 36 * 3_600_000;
+    let anchor = now_ms() - h36 + 3_000;
+    let r = accepted(&env, &mut got, &every("i-36h", h36, Some(anchor))).await;
+    assert_eq!(r.due_ms, Some(anchor + h36), "{r:?}");
+    let f = got.fires(1, WAIT).await.remove(0);
+    assert_eq!(f.due_ms, anchor + h36);
+    assert_on_time(&f, 200);
+    let spec = ktimer::schedule::CronSpec::every(h36, anchor);
+    let next = ktimer::preview::next(&spec, "i-36h", f.due_ms, 1).unwrap();
+    assert_eq!(
+        next[0].due_ms,
+        anchor + 2 * h36,
+        "the preview of what comes next"
+    );
+    svc.stop().await;
+}
+
+/// A thousand timers on one cron expression (every 20 s, two fires each) with 10 s of
+/// jitter: their first fires spread over the ten seconds (each second holds 5 to 15 % of
+/// them, no 100 ms more than 3 %), each at the instant `Jitter` names for its id and
+/// occurrence; Redis is then emptied, the instance rebuilds from the state topic, and the
+/// second fires come at their jittered instants too, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_jittered_timers_spread_and_keep_their_instants_across_a_rebuild() {
+    let env = TestEnv::new("jitter", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let ids: Vec<String> = (0..1_000).map(|i| format!("j-{i}")).collect();
+    let cmds: Vec<TimerCommand> = ids
+        .iter()
+        .map(|id| TimerCommand {
+            jitter_ms: Some(10_000),
+            max_fires: Some(2),
+            ..cron(id, "*/20 * * * * *", "j")
+        })
+        .collect();
+    env.send_many(&cmds).await;
+    let results = got.results(ids.len(), WAIT).await;
+    assert!(results.iter().all(|r| r.outcome == Outcome::Accepted));
+    let first = got.fires(ids.len(), 2 * WAIT).await;
+    let nominal = first
+        .iter()
+        .map(|f| f.due_ms / 20_000 * 20_000)
+        .min()
+        .unwrap();
+    check_jittered(&first, nominal);
+    let mut per_second = [0usize; 10];
+    let mut per_tenth = [0usize; 100];
+    for f in &first {
+        per_second[((f.due_ms - nominal) / 1_000) as usize] += 1;
+        per_tenth[((f.due_ms - nominal) / 100) as usize] += 1;
+    }
+    assert!(
+        per_second.iter().all(|n| (50..=150).contains(n)),
+        "{per_second:?}"
+    );
+    assert!(per_tenth.iter().all(|n| *n <= 30), "{per_tenth:?}");
+
+    // Every first fire is in a checkpoint (else a rebuild may fire it again: the bound
+    // the state topic promises), then Redis loses everything.
+    let last = first.iter().map(|f| f.due_ms).max().unwrap();
+    env.checkpointed_through(&[0, 1], last, WAIT).await;
+    let url = &env.args.redis_url;
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    let second = got.fires(ids.len(), 3 * WAIT).await;
+    check_jittered(&second, nominal + 20_000);
+    let replays = svc.metric("ktimer_redis_replays_total").unwrap_or(0.0);
+    assert!(
+        replays >= 1.0,
+        "the flush reached the rebuild: {replays} replays"
+    );
+    let extra = tokio::time::timeout(Duration::from_secs(3), got.fired.recv()).await;
+    assert!(extra.is_err(), "a duplicate or a third fire: {extra:?}");
+    svc.stop().await;
+}
+
+/// Every timer fired once, due at its occurrence `nominal` jittered for its id, not early.
+fn check_jittered(fires: &[Fired], nominal: i64) {
+    let mut by_id: HashMap<&str, &Fired> = HashMap::new();
+    for f in fires {
+        assert!(by_id.insert(&f.timer_id, f).is_none(), "twice: {f:?}");
+        let j = Jitter::new(&f.timer_id, Some(10_000)).unwrap().unwrap();
+        assert_eq!(f.due_ms, j.at(nominal), "{f:?}");
+        assert!(f.fired_ms >= f.due_ms, "early: {f:?}");
+    }
+}
