@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::world::World;
 use common::{cron, Collected, Fired, TestEnv};
 use ktimer::command::{CommandResult, Outcome, TimerCommand};
 use ktimer::now_ms;
@@ -112,7 +113,9 @@ async fn a_36_hour_interval_lands_exactly() {
 /// second fires come at their jittered instants too, once each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_jittered_timers_spread_and_keep_their_instants_across_a_rebuild() {
-    let env = TestEnv::new("jitter", 2, &[]).await;
+    // Servers of its own: the flush must not reach the other tests' timers.
+    let w = World::start("jitter", false);
+    let env = TestEnv::on(&w.servers(), "jitter", 2, &[]).await;
     let mut got = env.collect();
     let svc = env.start().await;
     let ids: Vec<String> = (0..1_000).map(|i| format!("j-{i}")).collect();
@@ -150,12 +153,7 @@ async fn a_thousand_jittered_timers_spread_and_keep_their_instants_across_a_rebu
     // the state topic promises), then Redis loses everything.
     let last = first.iter().map(|f| f.due_ms).max().unwrap();
     env.checkpointed_through(&[0, 1], last, WAIT).await;
-    let url = &env.args.redis_url;
-    let mut con = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    w.redis.flushall().await;
     let second = got.fires(ids.len(), 3 * WAIT).await;
     check_jittered(&second, nominal + 20_000);
     let replays = svc.metric("ktimer_redis_replays_total").unwrap_or(0.0);
