@@ -30,7 +30,8 @@ fn python(script: &str, args: &[&str]) -> String {
     text
 }
 
-/// A one-shot timer, a cron timer in Europe/Berlin and its cancel, produced by
+/// A one-shot timer, a cron timer in Europe/Berlin and its cancel, an interval timer with
+/// jitter and a fire limit, produced by
 /// `producer.py` (single-object Avro with fastavro's fingerprints, murmur2 partitioning):
 /// ktimer accepts all three (`read_results.py`), the one-shot fires once and the cron fires
 /// until cancelled (`consume_fired.py`), and a copy of the one-shot's fired record (a
@@ -62,6 +63,18 @@ async fn the_python_examples_create_cancel_read_and_deduplicate() {
         "--payload",
         "tick",
     ]);
+    send(&[
+        "every",
+        "py-every",
+        "--every-ms",
+        "300",
+        "--max-fires",
+        "3",
+        "--jitter-ms",
+        "50",
+        "--payload",
+        "beat",
+    ]);
     let fire = got.fires_until("py-cron", MIN).await;
     send(&["cancel", "py-cron"]);
     let group = common::unique("pyex-results");
@@ -75,12 +88,13 @@ async fn the_python_examples_create_cancel_read_and_deduplicate() {
             "--group",
             &group,
             "--count",
-            "3",
+            "4",
         ],
     );
     for line in [
         "result py-once CREATE_ONCE ACCEPTED state=SCHEDULED",
         "result py-cron CREATE_CRON ACCEPTED state=SCHEDULED",
+        "result py-every CREATE_CRON ACCEPTED state=SCHEDULED",
         "result py-cron CANCEL ACCEPTED state=CANCELLED",
     ] {
         assert!(results.contains(line), "no {line:?} in {results}");
@@ -129,6 +143,11 @@ async fn the_python_examples_create_cancel_read_and_deduplicate() {
         .filter(|l| l.starts_with("fired py-cron "))
         .count();
     assert_eq!(once_fires, 1, "{fired}");
+    let every_fires = lines
+        .iter()
+        .filter(|l| l.starts_with("fired py-every "))
+        .count();
+    assert_eq!(every_fires, 3, "the interval's max_fires: {fired}");
     assert!(cron_fires >= 1, "{fired}");
     let skipped = format!("duplicate skipped {}", once.fire_id);
     assert!(fired.contains(&skipped), "no {skipped:?} in {fired}");

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Produces ktimer commands: a one-shot timer, a cron timer in a time zone, a cancel.
+"""Produces ktimer commands: a one-shot timer, a cron timer in a time zone, an interval
+timer, a cancel; any timer may spread its fires with --jitter-ms.
 
     python3 producer.py --brokers 127.0.0.1:19092 once order-42 --delay-ms 5000 --payload "close order 42"
     python3 producer.py --brokers 127.0.0.1:19092 cron standup --cron "0 30 9 * * Mon-Fri" --time-zone Europe/Berlin
+    python3 producer.py --brokers 127.0.0.1:19092 every heartbeat --every-ms 90000 --jitter-ms 5000
     python3 producer.py --brokers 127.0.0.1:19092 cancel standup
 
 Each command is keyed by its timer id; its result arrives on the results topic (read_results.py)."""
@@ -42,6 +44,14 @@ def main():
     cron.add_argument("--cron", required=True, help="with seconds: sec min hour day month weekday")
     cron.add_argument("--time-zone", default="UTC")
     cron.add_argument("--payload", default="")
+    every = sub.add_parser("every", help="an interval timer: every N ms, without drift")
+    every.add_argument("timer_id")
+    every.add_argument("--every-ms", type=int, required=True)
+    every.add_argument("--start-ms", type=int, help="the first fire (default: one interval from now)")
+    every.add_argument("--max-fires", type=int)
+    every.add_argument("--payload", default="")
+    for timer in (once, cron, every):
+        timer.add_argument("--jitter-ms", type=int, help="each fire up to this much later, fixed per timer and fire")
     cancel = sub.add_parser("cancel", help="cancel a timer")
     cancel.add_argument("timer_id")
     a = p.parse_args()
@@ -54,8 +64,13 @@ def main():
     elif a.what == "cron":
         cmd = command("CREATE_CRON", a.timer_id, a.application, cron=a.cron, time_zone=a.time_zone,
                       callback={"payload": a.payload.encode(), "mode": "RAW"})
+    elif a.what == "every":
+        cmd = command("CREATE_CRON", a.timer_id, a.application, every_ms=a.every_ms, start_ms=a.start_ms,
+                      max_fires=a.max_fires, callback={"payload": a.payload.encode(), "mode": "RAW"})
     else:
         cmd = command("CANCEL", a.timer_id, a.application)
+    if getattr(a, "jitter_ms", None):
+        cmd["jitter_ms"] = a.jitter_ms
 
     command_codec = codecs(a.schema_registry_url)[0]
     value = command_codec.encode(cmd, a.commands_topic)

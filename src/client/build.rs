@@ -35,6 +35,14 @@ impl Command {
         c
     }
 
+    /// A repeating timer firing every `every_ms` from its anchor ([`Command::start_ms`];
+    /// default one interval after ktimer accepts the command), without drift.
+    pub fn every(timer_id: &str, every_ms: i64) -> Command {
+        Command::new(CommandKind::CreateCron, timer_id)
+            .with_callback()
+            .every_ms(every_ms)
+    }
+
     /// Replaces a timer's schedule (and its callback, when one is given).
     pub fn update(timer_id: &str) -> Command {
         Command::new(CommandKind::Update, timer_id)
@@ -105,25 +113,38 @@ impl Command {
         self
     }
 
+    /// An interval, ms (for [`Command::update`]; [`Command::every`] sets it).
+    pub fn every_ms(mut self, ms: i64) -> Command {
+        self.0.every_ms = Some(ms);
+        self
+    }
+
+    /// Each fire up to this many ms after its due time (at most a day), by an offset
+    /// fixed by the timer id and the occurrence: spreads timers on one schedule.
+    pub fn jitter_ms(mut self, ms: i64) -> Command {
+        self.0.jitter_ms = Some(ms);
+        self
+    }
+
     /// The cron expression's IANA time zone.
     pub fn time_zone(mut self, tz: &str) -> Command {
         self.0.time_zone = Some(tz.into());
         self
     }
 
-    /// Cron: no fire before this instant, Unix ms.
+    /// Repeating: no fire before this instant, Unix ms; an interval's anchor.
     pub fn start_ms(mut self, ms: i64) -> Command {
         self.0.start_ms = Some(ms);
         self
     }
 
-    /// Cron: no fire after this instant, Unix ms.
+    /// Repeating: no fire after this instant, Unix ms.
     pub fn end_ms(mut self, ms: i64) -> Command {
         self.0.end_ms = Some(ms);
         self
     }
 
-    /// Cron: stop after this many fires.
+    /// Repeating: stop after this many fires.
     pub fn max_fires(mut self, n: i64) -> Command {
         self.0.max_fires = Some(n);
         self
@@ -208,6 +229,26 @@ mod tests {
             .payload("new")
             .build();
         assert_eq!(update.callback.unwrap().payload, b"new".to_vec());
+        let every = Command::every("e", 250)
+            .start_ms(1_000)
+            .jitter_ms(50)
+            .build();
+        assert_eq!(
+            (
+                every.kind,
+                every.every_ms,
+                every.start_ms,
+                every.jitter_ms,
+                every.cron
+            ),
+            (
+                CommandKind::CreateCron,
+                Some(250),
+                Some(1_000),
+                Some(50),
+                None
+            )
+        );
         let (a, b) = (Command::pause("x").build(), Command::pause("x").build());
         assert_ne!(a.request_id, b.request_id, "fresh request ids");
     }
