@@ -85,7 +85,7 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
         .unwrap_or_else(|| format!("t-{}", unique()));
     let kind = match a.kind {
         SendKind::Once => CommandKind::CreateOnce,
-        SendKind::Cron => CommandKind::CreateCron,
+        SendKind::Cron | SendKind::Every => CommandKind::CreateCron,
         SendKind::Update => CommandKind::Update,
         SendKind::Pause => CommandKind::Pause,
         SendKind::Resume => CommandKind::Resume,
@@ -99,8 +99,11 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
     if kind == CommandKind::CreateOnce && a.at_ms.is_none() && a.delay_ms.is_none() {
         anyhow::bail!("a one-shot timer needs --at-ms or --delay-ms");
     }
-    if kind == CommandKind::CreateCron && a.cron.is_none() {
+    if matches!(a.kind, SendKind::Cron) && a.cron.is_none() {
         anyhow::bail!("a cron timer needs --cron");
+    }
+    if matches!(a.kind, SendKind::Every) && a.every_ms.is_none() {
+        anyhow::bail!("an interval timer needs --every-ms");
     }
     let schedules = matches!(kind, CommandKind::Update) || creates;
     let new_callback = creates
@@ -123,6 +126,8 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
                 at_ms: when(a.at_ms.map(|t| t + shift)),
                 delay_ms: when(a.delay_ms.map(|d| d + shift)),
                 cron: a.cron.clone().filter(|_| schedules),
+                every_ms: when(a.every_ms),
+                jitter_ms: when(a.jitter_ms),
                 time_zone: a.time_zone.clone().filter(|_| schedules),
                 start_ms: when(a.start_ms),
                 end_ms: when(a.end_ms),

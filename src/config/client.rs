@@ -11,6 +11,9 @@ pub enum SendKind {
     Once,
     /// A cron timer (needs --cron).
     Cron,
+    /// An interval timer (needs --every-ms; anchored at --start-ms, default one interval
+    /// from when ktimer accepts it).
+    Every,
     /// Replace the schedule (--cron or --at-ms/--delay-ms) of --timer-id; with
     /// --payload/--callback-topic/--raw/--header also its callback.
     Update,
@@ -83,16 +86,22 @@ pub struct SendArgs {
     /// Cron expression: `sec min hour day month weekday [year]` or the 5-field form.
     #[arg(long)]
     pub cron: Option<String>,
+    /// Interval timer: fire every this many ms, without drift.
+    #[arg(long)]
+    pub every_ms: Option<i64>,
+    /// Any timer: each fire up to this many ms later, by an offset fixed per timer and fire.
+    #[arg(long)]
+    pub jitter_ms: Option<i64>,
     /// IANA time zone of --cron (default UTC).
     #[arg(long)]
     pub time_zone: Option<String>,
-    /// Cron: no fire before this instant (Unix ms).
+    /// Repeating: no fire before this instant (Unix ms); an interval's first fire.
     #[arg(long)]
     pub start_ms: Option<i64>,
-    /// Cron: no fire after this instant (Unix ms).
+    /// Repeating: no fire after this instant (Unix ms).
     #[arg(long)]
     pub end_ms: Option<i64>,
-    /// Cron: stop after this many fires.
+    /// Repeating: stop after this many fires.
     #[arg(long)]
     pub max_fires: Option<i64>,
     /// Cron: what to do with occurrences missed while ktimer could not fire.
