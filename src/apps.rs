@@ -21,6 +21,10 @@
 //! fired = "billing.timer-fired"  # its default callback topic (default: COMMANDS.fired)
 //! state = "billing.timers.state" # its timers' states (default: COMMANDS.state)
 //! dead_letter = "billing.timers.dead-letter"   # (default: COMMANDS.dead-letter)
+//!
+//! [calendars.holidays]           # exclusion calendars timers may name (crate::calendar)
+//! dates = ["2026-12-25"]
+//! weekly = ["Sat-Sun"]
 //! ```
 //!
 //! Every setting is optional; what an application's entry leaves out comes from the
@@ -30,6 +34,7 @@
 //! of the file; all others are counted as `other`.
 
 use crate::allow::AllowList;
+use crate::calendar::Calendar;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -112,6 +117,8 @@ impl Binding {
 struct File {
     #[serde(default)]
     applications: HashMap<String, Settings>,
+    #[serde(default)]
+    calendars: HashMap<String, crate::calendar::Spec>,
 }
 
 /// A parsed applications file.
@@ -119,6 +126,7 @@ struct File {
 pub struct Applications {
     apps: HashMap<String, Settings>,
     callbacks: Option<AllowList>,
+    calendars: HashMap<String, Arc<Calendar>>,
 }
 
 /// No settings: the defaults of an application nobody named.
@@ -153,10 +161,24 @@ impl Applications {
             .filter_map(|(n, s)| Some((n.clone(), s.callbacks.clone()?)))
             .collect();
         let callbacks = (!lists.is_empty()).then(|| AllowList::from_map(lists));
+        let calendars = file
+            .calendars
+            .iter()
+            .map(|(name, spec)| match Calendar::parse(spec) {
+                Ok(c) => Ok((name.clone(), Arc::new(c))),
+                Err(e) => Err(format!("calendar {name}: {e}")),
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Applications {
             apps: file.applications,
             callbacks,
+            calendars,
         })
+    }
+
+    /// The exclusion calendar named `name`, if the file defines it.
+    pub fn calendar(&self, name: &str) -> Option<Arc<Calendar>> {
+        self.calendars.get(name).cloned()
     }
 
     /// The settings of `app`: its own entry, else `"*"`, else none.

@@ -62,6 +62,18 @@ pub enum MisfirePolicy {
     Skip,
 }
 
+/// What a repeating timer does with an occurrence its calendar excludes. Mirrors
+/// `io.ktimer.CalendarPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum CalendarPolicy {
+    /// The occurrence does not fire.
+    #[default]
+    Skip,
+    /// It fires at the first local time after the exclusion.
+    Defer,
+}
+
 /// How a fire is delivered. Mirrors `io.ktimer.DeliveryMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -147,6 +159,12 @@ pub struct TimerCommand {
     /// fixed by the timer id and the occurrence.
     #[serde(default)]
     pub jitter_ms: Option<i64>,
+    /// Repeating: the exclusion calendar (of the applications file) it obeys.
+    #[serde(default)]
+    pub calendar: Option<String>,
+    /// Repeating: skip (default) or defer the occurrences `calendar` excludes.
+    #[serde(default)]
+    pub calendar_policy: Option<CalendarPolicy>,
 }
 
 impl TimerCommand {
@@ -169,6 +187,8 @@ impl TimerCommand {
             sent_at_ms: None,
             every_ms: None,
             jitter_ms: None,
+            calendar: None,
+            calendar_policy: None,
         }
     }
 }

@@ -191,7 +191,9 @@ mod spec {
         r#"{"name":"headers","type":{"type":"map","values":"string"}},{"name":"payload","type":"bytes"},"#,
         r#"{"name":"mode","type":{"name":"io.ktimer.DeliveryMode","type":"enum","symbols":["ENVELOPE","RAW"]}}]}]},"#,
         r#"{"name":"sent_at_ms","type":["null","long"]},"#,
-        r#"{"name":"every_ms","type":["null","long"]},{"name":"jitter_ms","type":["null","long"]}]}"#
+        r#"{"name":"every_ms","type":["null","long"]},{"name":"jitter_ms","type":["null","long"]},"#,
+        r#"{"name":"calendar","type":["null","string"]},"#,
+        r#"{"name":"calendar_policy","type":["null",{"name":"io.ktimer.CalendarPolicy","type":"enum","symbols":["SKIP","DEFER"]}]}]}"#
     );
 
     #[test]
@@ -206,7 +208,7 @@ mod spec {
         assert_eq!(super::canonical_form(json).unwrap(), TIMER_COMMAND);
         let fp = crc64_avro(TIMER_COMMAND.as_bytes()).to_le_bytes();
         // fastavro 1.x: fingerprint(to_parsing_canonical_form(...), "CRC-64-AVRO").
-        assert_eq!(fp, [0x71, 0xa1, 0x1f, 0x08, 0x16, 0x89, 0xb2, 0x51]);
+        assert_eq!(fp, [0x05, 0x73, 0x8b, 0x1f, 0xc3, 0x23, 0xd3, 0x74]);
         let codec = crate::codec::Codec::new(None).unwrap();
         let cmd = crate::command::TimerCommand::new(crate::command::CommandKind::Cancel, "t", "r");
         let bytes = codec.encode_command(&cmd, "x").await.unwrap();
@@ -216,12 +218,13 @@ mod spec {
             fp,
             "written with the specification's fingerprint"
         );
-        // Earlier versions' datums lack every_ms and jitter_ms (a null union each: one
-        // byte each at the end); Avro schema resolution gives them their defaults.
-        let old_datum = &bytes[10..bytes.len() - 2];
-        assert_eq!(bytes[bytes.len() - 2..], [0, 0]);
+        // Earlier versions' datums lack every_ms, jitter_ms, calendar and calendar_policy
+        // (a null union each: one byte each at the end); Avro schema resolution gives
+        // them their defaults.
+        let old_datum = &bytes[10..bytes.len() - 4];
+        assert_eq!(bytes[bytes.len() - 4..], [0, 0, 0, 0]);
         let with = |header: &[u8]| [header, old_datum].concat();
-        // Version 2 (before every_ms and jitter_ms), fastavro's fingerprint and
+        // Version 2 (before every_ms, jitter_ms and the calendar), fastavro's fingerprint and
         // apache-avro's header (what ktimer wrote before 0.2).
         let v2 = [0xC3, 0x01, 0x06, 0x7f, 0xf8, 0xf3, 0xd6, 0x5a, 0xc4, 0xc9];
         assert_eq!(codec.decode_command(&with(&v2)).await.unwrap(), cmd);

@@ -22,7 +22,8 @@
 //!   per-application limits (`--applications`, reloaded on SIGHUP); [`pace`]: rate
 //!   limits as pacing;
 //!   [`partitioner`]: the one key-to-partition mapping (misrouted commands are forwarded);
-//!   [`schedule`]: cron expressions, time zones, DST rules, misfire planning (pure);
+//!   [`schedule`]: cron expressions and intervals, jitter, time zones, DST rules, misfire
+//!   planning (pure); [`calendar`]: exclusion calendars (pure);
 //!   [`preview`]: `ktimer next`, a schedule's next due instants from the same code.
 //! - [`timer`]: the domain types the flow passes along (operation, schedule, stored
 //!   definition, apply request and its typed outcome, the claimed fire).
@@ -73,6 +74,7 @@ pub mod allow;
 pub mod apps;
 pub mod assignment;
 pub mod bench;
+pub mod calendar;
 pub mod catalog;
 pub mod check;
 pub mod client;

@@ -41,6 +41,8 @@ pub struct MigratorConfig {
     pub plan: PlanConfig,
     /// The clock.
     pub clock: Clock,
+    /// The applications file in force: the exclusion calendars timers name.
+    pub apps: crate::apps::Apps,
 }
 
 /// Called with the earliest occurrence a pass stored.
@@ -86,6 +88,7 @@ pub fn spawn(
         store,
         plan: cfg.plan,
         clock: cfg.clock,
+        apps: cfg.apps,
         on_due,
         retry,
         wake: wake.clone(),
@@ -103,6 +106,7 @@ struct Migrator {
     store: Store,
     plan: PlanConfig,
     clock: Clock,
+    apps: crate::apps::Apps,
     on_due: OnDue,
     retry: Retry,
     wake: Arc<Notify>,
@@ -174,10 +178,29 @@ impl Migrator {
         Ok(full)
     }
 
+    /// The calendar `spec` of `d` names, from the applications file in force. One the
+    /// file no longer defines is left out (the timer fires on every occurrence rather
+    /// than stop: it was accepted with it), loudly.
+    fn calendar(
+        &self,
+        d: &CronDue,
+        spec: &crate::schedule::CronSpec,
+    ) -> Option<Arc<crate::calendar::Calendar>> {
+        let name = spec.calendar.as_deref()?;
+        let found = self.apps.current().calendar(name);
+        if found.is_none() {
+            tracing::error!(partition = self.partition, timer_id = %d.timer_id, calendar = name,
+                "the calendar this timer names is no longer in the applications file; its occurrences fire unexcluded");
+        }
+        Some(found.unwrap_or_else(|| Arc::new(crate::calendar::Calendar::empty())))
+    }
+
     /// The next window of `d`, planned at `now` under its misfire policy.
     fn occurrences(&self, d: &CronDue, now: i64) -> Occurrences {
         let compiled = match &d.spec {
-            Ok(spec) => spec.compile(&d.timer_id).map(|c| (c, spec.misfire)),
+            Ok(spec) => spec
+                .compile(&d.timer_id, self.calendar(d, spec))
+                .map(|c| (c, spec.misfire)),
             Err(e) => Err(e.to_string()),
         };
         match compiled {

@@ -3,9 +3,11 @@
 //! offset changes (a daylight-saving jump: a skipped local time fires right after the
 //! jump; a repeated hour fires once, or twice for schedules whose hour field is `*`).
 
+use crate::calendar::Calendar;
 use crate::config::NextArgs;
 use crate::schedule::CronSpec;
 use chrono::{DateTime, Offset, SecondsFormat};
+use std::sync::Arc;
 
 /// One due instant of a preview.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,11 +20,17 @@ pub struct Due {
     pub note: Option<String>,
 }
 
-/// The first `n` due instants of `spec` of timer `timer_id` (which seeds its jitter)
-/// after `after_ms` (what the trigger would fire, none missed), or why the schedule is
+/// The first `n` due instants of `spec` of timer `timer_id` (which seeds its jitter),
+/// under `calendar` (the one it names), after `after_ms` (what the trigger would fire, none missed), or why the schedule is
 /// invalid.
-pub fn next(spec: &CronSpec, timer_id: &str, after_ms: i64, n: usize) -> Result<Vec<Due>, String> {
-    let compiled = spec.compile(timer_id)?;
+pub fn next(
+    spec: &CronSpec,
+    timer_id: &str,
+    calendar: Option<Arc<Calendar>>,
+    after_ms: i64,
+    n: usize,
+) -> Result<Vec<Due>, String> {
+    let compiled = spec.compile(timer_id, calendar)?;
     let mut out: Vec<Due> = Vec::with_capacity(n);
     let mut from = after_ms;
     // Occurrences come in windows (a year at a time), so a sparse schedule is found too.
@@ -66,9 +74,16 @@ pub fn run(args: NextArgs) -> anyhow::Result<()> {
         end_ms: args.end_ms,
         every_ms: args.every_ms,
         jitter_ms: args.jitter_ms,
+        calendar: args.calendar.clone(),
+        calendar_policy: args.defer.then_some(crate::command::CalendarPolicy::Defer),
         ..CronSpec::new(args.cron.as_deref().unwrap_or(""), &args.time_zone)
     };
-    let dues = next(&spec, &args.timer_id, from, args.count).map_err(anyhow::Error::msg)?;
+    let calendar = match (&args.calendar, &args.applications) {
+        (Some(name), Some(apps)) => apps.current().calendar(name),
+        _ => None,
+    };
+    let dues =
+        next(&spec, &args.timer_id, calendar, from, args.count).map_err(anyhow::Error::msg)?;
     if dues.is_empty() {
         println!("no due instant after {from} ms");
     }
@@ -99,6 +114,7 @@ mod tests {
         let dues = next(
             &spec("0 30 2 * * *", "Europe/Berlin"),
             "t",
+            None,
             BEFORE_SPRING,
             3,
         )
@@ -116,6 +132,7 @@ mod tests {
         let hourly = next(
             &spec("0 0 * * * *", "Europe/Berlin"),
             "t",
+            None,
             BEFORE_SPRING,
             16,
         )
@@ -127,24 +144,24 @@ mod tests {
     #[test]
     fn the_preview_is_the_schedules_own_occurrences() {
         let s = spec("*/15 * * * * *", "UTC");
-        let dues: Vec<i64> = next(&s, "t", 1_000, 5)
+        let dues: Vec<i64> = next(&s, "t", None, 1_000, 5)
             .unwrap()
             .iter()
             .map(|d| d.due_ms)
             .collect();
         assert_eq!(dues, [15_000, 30_000, 45_000, 60_000, 75_000]);
         let once_a_year = spec("0 0 0 1 1 *", "UTC");
-        let d = next(&once_a_year, "t", 0, 2).unwrap();
+        let d = next(&once_a_year, "t", None, 0, 2).unwrap();
         assert_eq!(d.len(), 2, "found across windows: {d:?}");
         let ended = CronSpec {
             end_ms: Some(40_000),
             ..s
         };
         assert_eq!(
-            next(&ended, "t", 1_000, 5).unwrap().len(),
+            next(&ended, "t", None, 1_000, 5).unwrap().len(),
             2,
             "end_ms stops it"
         );
-        assert!(next(&spec("nonsense", "UTC"), "t", 0, 1).is_err());
+        assert!(next(&spec("nonsense", "UTC"), "t", None, 0, 1).is_err());
     }
 }

@@ -21,14 +21,17 @@
 //! [`Compiled::plan`] computes the occurrences of a window and applies the misfire policy
 //! to the ones that were missed.
 
-use crate::command::MisfirePolicy;
+use crate::calendar::Calendar;
+use crate::command::{CalendarPolicy, MisfirePolicy};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use cron::TimeUnitSpec;
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
+use std::sync::Arc;
 
 mod every;
+mod excluded;
 pub mod jitter;
 mod wall;
 
@@ -62,6 +65,12 @@ pub struct CronSpec {
     /// `[0, jitter_ms)` of the timer id and the occurrence ([`jitter`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jitter_ms: Option<i64>,
+    /// The exclusion calendar it obeys ([`crate::calendar`]), by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<String>,
+    /// What an excluded occurrence does (default: skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar_policy: Option<CalendarPolicy>,
 }
 
 /// How a schedule produces its instants.
@@ -97,6 +106,7 @@ pub struct Compiled {
     start_ms: Option<i64>,
     end_ms: Option<i64>,
     jitter: Option<jitter::Jitter>,
+    calendar: Option<(Arc<Calendar>, CalendarPolicy)>,
 }
 
 /// Occurrences computed for a window.
@@ -154,6 +164,8 @@ impl CronSpec {
             misfire: MisfirePolicy::FireOnce,
             every_ms: None,
             jitter_ms: None,
+            calendar: None,
+            calendar_policy: None,
         }
     }
 
@@ -167,8 +179,13 @@ impl CronSpec {
     }
 
     /// Parses the schedule and the zone for timer `timer_id` (whose id seeds the
-    /// jitter); the error says what is wrong.
-    pub fn compile(&self, timer_id: &str) -> Result<Compiled, String> {
+    /// jitter), with `calendar`, the definition of the calendar it names (the caller
+    /// looks it up: the applications file in force); the error says what is wrong.
+    pub fn compile(
+        &self,
+        timer_id: &str,
+        calendar: Option<Arc<Calendar>>,
+    ) -> Result<Compiled, String> {
         let rule = self.rule()?;
         let tz = Tz::from_str(&self.time_zone).map_err(|_| {
             format!(
@@ -193,12 +210,20 @@ impl CronSpec {
             }
         }
         let jitter = jitter::Jitter::new(timer_id, self.jitter_ms)?;
+        let calendar = match (&self.calendar, calendar) {
+            (None, _) => None,
+            (Some(name), None) => return Err(format!(
+                "unknown calendar {name:?} (define it under [calendars.{name}] in the applications file)"
+            )),
+            (Some(_), Some(c)) => Some((c, self.calendar_policy.unwrap_or_default())),
+        };
         Ok(Compiled {
             rule,
             tz,
             start_ms: self.start_ms,
             end_ms: self.end_ms,
             jitter,
+            calendar,
         })
     }
 
@@ -225,7 +250,10 @@ impl Compiled {
     /// Occurrences strictly after `after_ms` and at or before `until_ms`, at most `cap`
     /// (the window bounds the nominal instants; the dues are jittered, in order).
     pub fn occurrences(&self, after_ms: i64, until_ms: i64, cap: usize) -> Occurrences {
-        let mut o = self.nominal(after_ms, until_ms, cap);
+        let mut o = match &self.calendar {
+            None => self.nominal(after_ms, until_ms, cap),
+            Some((c, policy)) => self.allowed(c, *policy, after_ms, until_ms, cap),
+        };
         if let Some(j) = &self.jitter {
             j.apply(&mut o.dues);
         }

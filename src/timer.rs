@@ -64,8 +64,8 @@ pub enum Schedule {
     },
     /// On a cron schedule; `first` holds the occurrences of the current window.
     Cron {
-        /// The schedule as given.
-        spec: CronSpec,
+        /// The schedule as given (boxed: a one-shot's schedule is a number).
+        spec: Box<CronSpec>,
         /// The occurrences to materialise now.
         first: Occurrences,
         /// The first occurrence, also when it lies beyond the window.

@@ -124,7 +124,7 @@ async fn the_preview_names_the_instants_the_timer_then_fires() {
         start_ms: Some(start),
         ..ktimer::schedule::CronSpec::new("*/2 * * * * *", "Asia/Kolkata")
     };
-    let preview: Vec<i64> = ktimer::preview::next(&spec, "c-preview", start - 1, 3)
+    let preview: Vec<i64> = ktimer::preview::next(&spec, "c-preview", None, start - 1, 3)
         .unwrap()
         .iter()
         .map(|d| d.due_ms)

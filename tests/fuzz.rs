@@ -222,7 +222,7 @@ proptest! {
             = validate(&cmd, Some(b"t"), ts, now, &limits)
         {
             // What the migrator does later: the next window, from where the last ended.
-            let compiled = spec.compile("t").expect("validated");
+            let compiled = spec.compile("t", None).expect("validated");
             let _ = compiled.plan(first.covered_ms, later.clamp(0, MAX_INSTANT_MS), spec.misfire, &limits.plan);
         }
     }

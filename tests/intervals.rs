@@ -1,6 +1,6 @@
 //! Interval timers (`every_ms`) and jitter (`jitter_ms`) end to end, against a real
 //! broker and Redis: fires on the interval's grid with no drift, a long interval landing
-//! exactly, and a thousand jittered cron timers spread over the jitter window, each at
+//! exactly, timers over an exclusion calendar, and a thousand jittered cron timers spread over the jitter window, each at
 //! the instant the schedule's jitter names, also after Redis was emptied and rebuilt.
 
 mod common;
@@ -97,7 +97,7 @@ async fn a_36_hour_interval_lands_exactly() {
     assert_eq!(f.due_ms, anchor + h36);
     assert_on_time(&f, 200);
     let spec = ktimer::schedule::CronSpec::every(h36, anchor);
-    let next = ktimer::preview::next(&spec, "i-36h", f.due_ms, 1).unwrap();
+    let next = ktimer::preview::next(&spec, "i-36h", None, f.due_ms, 1).unwrap();
     assert_eq!(
         next[0].due_ms,
         anchor + 2 * h36,
@@ -175,4 +175,73 @@ fn check_jittered(fires: &[Fired], nominal: i64) {
         assert_eq!(f.due_ms, j.at(nominal), "{f:?}");
         assert!(f.fired_ms >= f.due_ms, "early: {f:?}");
     }
+}
+
+/// UTC wall-clock text of `ms` (whole seconds), as a calendar's range takes it.
+fn local(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M:%S")
+        .to_string()
+}
+
+/// Two interval timers (every 250 ms) over a calendar of the applications file that
+/// excludes one second of their grid: the skipping one fires around it (none due inside),
+/// the deferring one fires the excluded occurrences once, at the end of the exclusion; a
+/// timer naming a calendar the file does not define is rejected with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interval_timers_over_a_calendar_skip_or_defer_what_it_excludes() {
+    // Far enough ahead that the instance is up and the commands applied before it.
+    let anchor = (now_ms() / 1_000 + 12) * 1_000;
+    let (from, to) = (anchor + 1_000, anchor + 2_000);
+    let file = std::env::temp_dir().join(format!("{}.toml", common::unique("calendars")));
+    let toml = format!(
+        "[calendars.quiet]\nranges = [[\"{}\", \"{}\"]]\n",
+        local(from),
+        local(to)
+    );
+    std::fs::write(&file, toml).unwrap();
+    let env = TestEnv::new("calendar", 1, &["--applications", file.to_str().unwrap()]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let over = |id: &str, policy, max| TimerCommand {
+        calendar: Some("quiet".into()),
+        calendar_policy: policy,
+        max_fires: Some(max),
+        ..every(id, 250, Some(anchor))
+    };
+    accepted(&env, &mut got, &over("cal-skip", None, 8)).await;
+    assert!(now_ms() < anchor, "applied after the anchor: start the test earlier");
+    let defer = Some(ktimer::command::CalendarPolicy::Defer);
+    accepted(&env, &mut got, &over("cal-defer", defer, 6)).await;
+    let unknown = TimerCommand {
+        calendar: Some("nowhere".into()),
+        ..over("cal-unknown", None, 1)
+    };
+    env.send(&unknown, None).await;
+    let r = got.results(1, WAIT).await.remove(0);
+    assert_eq!(r.outcome, Outcome::Rejected, "{r:?}");
+    assert!(r
+        .reason
+        .unwrap_or_default()
+        .contains("unknown calendar \"nowhere\""));
+
+    let fires = got.fires(14, WAIT).await;
+    let dues = |id: &str| -> Vec<i64> {
+        let mut d: Vec<i64> = fires
+            .iter()
+            .filter(|f| f.timer_id == id)
+            .map(|f| f.due_ms - anchor)
+            .collect();
+        d.sort_unstable();
+        d
+    };
+    for f in &fires {
+        assert_on_time(f, 200);
+    }
+    let skip = [0, 250, 500, 750, 2_000, 2_250, 2_500, 2_750];
+    assert_eq!(dues("cal-skip"), skip);
+    assert_eq!(dues("cal-defer"), [0, 250, 500, 750, 2_000, 2_250]);
+    svc.stop().await;
+    let _ = std::fs::remove_file(file);
 }

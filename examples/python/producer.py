@@ -52,6 +52,9 @@ def main():
     every.add_argument("--payload", default="")
     for timer in (once, cron, every):
         timer.add_argument("--jitter-ms", type=int, help="each fire up to this much later, fixed per timer and fire")
+    for timer in (cron, every):
+        timer.add_argument("--calendar", help="an exclusion calendar of ktimer's applications file")
+        timer.add_argument("--defer-excluded", action="store_true", help="fire excluded occurrences after the exclusion")
     cancel = sub.add_parser("cancel", help="cancel a timer")
     cancel.add_argument("timer_id")
     a = p.parse_args()
@@ -71,6 +74,9 @@ def main():
         cmd = command("CANCEL", a.timer_id, a.application)
     if getattr(a, "jitter_ms", None):
         cmd["jitter_ms"] = a.jitter_ms
+    if getattr(a, "calendar", None):
+        cmd["calendar"] = a.calendar
+        cmd["calendar_policy"] = "DEFER" if a.defer_excluded else "SKIP"
 
     command_codec = codecs(a.schema_registry_url)[0]
     value = command_codec.encode(cmd, a.commands_topic)

@@ -48,6 +48,8 @@ pub struct AdminState {
     pub access: Access,
     /// How long a write waits for its command's result before answering 202.
     pub wait: Duration,
+    /// The applications file in force (the calendars timers name).
+    pub apps: crate::apps::Apps,
 }
 
 /// Serves the admin API on `addr` until `token` is cancelled. Returns the bound address.

@@ -108,14 +108,21 @@ pub async fn next(
     let q = q?.0;
     let n = q.n.unwrap_or(10).clamp(1, MAX_NEXT);
     let (_, _, t) = find(&s, &scope, &id, q.application).await?;
-    let dues = next_dues(&id, &t, crate::now_ms(), n).map_err(ApiError::internal)?;
+    let dues = next_dues(&s.apps, &id, &t, crate::now_ms(), n).map_err(ApiError::internal)?;
     Ok(Json(
         json!({"timer_id": id, "state": t.state, "next": dues}),
     ))
 }
 
-/// The next `n` due instants of timer `id`, `t`, after `now_ms` (see [`next`]).
-fn next_dues(id: &str, t: &TimerView, now_ms: i64, n: usize) -> Result<Vec<Value>, String> {
+/// The next `n` due instants of timer `id`, `t`, after `now_ms` (see [`next`]), under the
+/// calendars of `apps`.
+fn next_dues(
+    apps: &crate::apps::Apps,
+    id: &str,
+    t: &TimerView,
+    now_ms: i64,
+    n: usize,
+) -> Result<Vec<Value>, String> {
     if t.state != Some(TimerState::Scheduled) {
         return Ok(Vec::new());
     }
@@ -128,7 +135,11 @@ fn next_dues(id: &str, t: &TimerView, now_ms: i64, n: usize) -> Result<Vec<Value
         .max_fires
         .map(|m| (m - t.fires.unwrap_or(0)).max(0) as usize);
     let after = now_ms.max(t.last_fired_due_ms.unwrap_or(i64::MIN)) - 1;
-    let dues = crate::preview::next(&spec, id, after, left.map_or(n, |l| l.min(n)))?;
+    let calendar = spec
+        .calendar
+        .as_deref()
+        .and_then(|c| apps.current().calendar(c));
+    let dues = crate::preview::next(&spec, id, calendar, after, left.map_or(n, |l| l.min(n)))?;
     Ok(dues
         .into_iter()
         .map(|d| json!({"due_ms": d.due_ms, "local": d.local, "note": d.note}))

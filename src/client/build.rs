@@ -126,6 +126,20 @@ impl Command {
         self
     }
 
+    /// Repeating: obey exclusion calendar `name` (of ktimer's applications file),
+    /// skipping the occurrences it excludes.
+    pub fn calendar(mut self, name: &str) -> Command {
+        self.0.calendar = Some(name.into());
+        self
+    }
+
+    /// Repeating: fire the occurrences the calendar excludes right after the exclusion
+    /// instead of skipping them.
+    pub fn defer_excluded(mut self) -> Command {
+        self.0.calendar_policy = Some(crate::command::CalendarPolicy::Defer);
+        self
+    }
+
     /// The cron expression's IANA time zone.
     pub fn time_zone(mut self, tz: &str) -> Command {
         self.0.time_zone = Some(tz.into());

@@ -12,7 +12,7 @@ pub use build::Command;
 
 use crate::codec::Codec;
 use crate::command::{
-    Callback, CommandKind, CommandResult, DeliveryMode, MisfirePolicy, TimerCommand,
+    CalendarPolicy, Callback, CommandKind, CommandResult, DeliveryMode, MisfirePolicy, TimerCommand,
 };
 use crate::config::{KafkaArgs, SendArgs, SendFormat, SendKind, SendMisfire, TailArgs, Via};
 use crate::kafka;
@@ -128,6 +128,8 @@ fn commands_from_flags(a: &SendArgs) -> anyhow::Result<Vec<TimerCommand>> {
                 cron: a.cron.clone().filter(|_| schedules),
                 every_ms: when(a.every_ms),
                 jitter_ms: when(a.jitter_ms),
+                calendar: a.calendar.clone().filter(|_| schedules),
+                calendar_policy: (schedules && a.defer_excluded).then_some(CalendarPolicy::Defer),
                 time_zone: a.time_zone.clone().filter(|_| schedules),
                 start_ms: when(a.start_ms),
                 end_ms: when(a.end_ms),

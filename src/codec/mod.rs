@@ -109,7 +109,7 @@ static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| {
     apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
     Schemas {
         // Version 1 lacked FIRE_NOW (added at the end of CommandKind); version 2 lacked
-        // every_ms and jitter_ms (added at the end, with defaults).
+        // every_ms, jitter_ms, calendar and calendar_policy (added at the end, with defaults).
         command: Built::with_previous(
             include_str!("../../schemas/timer_command.avsc"),
             &[

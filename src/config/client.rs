@@ -92,6 +92,12 @@ pub struct SendArgs {
     /// Any timer: each fire up to this many ms later, by an offset fixed per timer and fire.
     #[arg(long)]
     pub jitter_ms: Option<i64>,
+    /// Repeating: the exclusion calendar (of ktimer's applications file) it obeys.
+    #[arg(long)]
+    pub calendar: Option<String>,
+    /// Repeating: fire what --calendar excludes right after the exclusion (default: skip).
+    #[arg(long, requires = "calendar")]
+    pub defer_excluded: bool,
     /// IANA time zone of --cron (default UTC).
     #[arg(long)]
     pub time_zone: Option<String>,

@@ -17,6 +17,15 @@ pub struct NextArgs {
     /// Each instant up to this many ms later, as the timer `--timer-id` fires it.
     #[arg(long, env = "KTIMER_NEXT_JITTER_MS", requires = "timer_id")]
     pub jitter_ms: Option<i64>,
+    /// An exclusion calendar of `--applications` the schedule obeys.
+    #[arg(long, env = "KTIMER_NEXT_CALENDAR", requires = "applications")]
+    pub calendar: Option<String>,
+    /// Defer (rather than skip) the occurrences `--calendar` excludes.
+    #[arg(long, env = "KTIMER_NEXT_DEFER", requires = "calendar")]
+    pub defer: bool,
+    /// The applications file defining `--calendar`.
+    #[arg(long, env = "KTIMER_APPLICATIONS", value_parser = crate::apps::Apps::load)]
+    pub applications: Option<crate::apps::Apps>,
     /// The timer whose jitter to apply (its id seeds the offsets).
     #[arg(long, env = "KTIMER_NEXT_TIMER_ID", default_value = "")]
     pub timer_id: String,

@@ -56,7 +56,7 @@ mod tests {
 
     #[test]
     fn each_instant_is_the_anchor_plus_whole_intervals() {
-        let c = CronSpec::every(250, 1_000).compile("t").unwrap();
+        let c = CronSpec::every(250, 1_000).compile("t", None).unwrap();
         let o = c.occurrences(0, 2_000, 100);
         assert_eq!(o.dues, [1_000, 1_250, 1_500, 1_750, 2_000]);
         assert!(!o.exhausted);
@@ -70,7 +70,7 @@ mod tests {
     #[test]
     fn a_long_interval_lands_exactly() {
         let h36 = 36 * 3_600_000;
-        let c = CronSpec::every(h36, 5).compile("t").unwrap();
+        let c = CronSpec::every(h36, 5).compile("t", None).unwrap();
         let o = c.occurrences(5, 10 * DAY_MS, 100);
         assert_eq!(
             o.dues,
@@ -87,7 +87,7 @@ mod tests {
 
     #[test]
     fn the_cap_the_end_and_the_last_instant_bound_it() {
-        let c = CronSpec::every(10, 0).compile("t").unwrap();
+        let c = CronSpec::every(10, 0).compile("t", None).unwrap();
         let o = c.occurrences(-1, 1_000, 3);
         assert_eq!(
             (o.dues.as_slice(), o.covered_ms, o.exhausted),
@@ -97,10 +97,13 @@ mod tests {
             end_ms: Some(35),
             ..CronSpec::every(10, 0)
         };
-        let o = ended.compile("t").unwrap().occurrences(15, 1_000, 100);
+        let o = ended
+            .compile("t", None)
+            .unwrap()
+            .occurrences(15, 1_000, 100);
         assert_eq!((o.dues.as_slice(), o.exhausted), (&[20, 30][..], true));
         let far = CronSpec::every(super::MAX_INSTANT_MS, 1)
-            .compile("t")
+            .compile("t", None)
             .unwrap();
         let o = far.occurrences(1, i64::MAX, 10);
         assert_eq!((o.dues.as_slice(), o.exhausted), (&[][..], true));
@@ -108,17 +111,17 @@ mod tests {
 
     #[test]
     fn nonsense_intervals_are_refused() {
-        assert!(CronSpec::every(0, 0).compile("t").is_err());
+        assert!(CronSpec::every(0, 0).compile("t", None).is_err());
         assert!(CronSpec {
             start_ms: None,
             ..CronSpec::every(5, 0)
         }
-        .compile("t")
+        .compile("t", None)
         .is_err());
         let both = CronSpec {
             cron: "* * * * * *".into(),
             ..CronSpec::every(5, 0)
         };
-        assert!(both.compile("t").unwrap_err().contains("not both"));
+        assert!(both.compile("t", None).unwrap_err().contains("not both"));
     }
 }

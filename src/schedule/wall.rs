@@ -62,7 +62,7 @@ impl Compiled {
     }
 
     /// The instant(s) of a local time under the DST rules of the module doc.
-    fn map(&self, naive: NaiveDateTime) -> (i64, Option<i64>) {
+    pub(super) fn map(&self, naive: NaiveDateTime) -> (i64, Option<i64>) {
         use chrono::LocalResult;
         match self.tz.from_local_datetime(&naive) {
             LocalResult::Single(t) => (t.timestamp_millis(), None),

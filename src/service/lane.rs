@@ -91,6 +91,7 @@ pub(super) async fn intake(
         migrator: MigratorConfig {
             plan: args.into(),
             clock: clock.clone(),
+            apps: args.applications.clone().unwrap_or_default(),
         },
         checkpoint: CheckpointConfig {
             interval: Duration::from_millis(args.checkpoint_interval_ms),

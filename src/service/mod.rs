@@ -110,6 +110,7 @@ pub async fn run(
             partitioner: k.partitioner,
             access: Access::new(args.admin_tokens.clone(), addr.ip().is_loopback()),
             wait: Duration::from_millis(args.admin_wait_ms),
+            apps: args.applications.clone().unwrap_or_default(),
         };
         serve_admin(addr, state, &token, &status).await?;
     }

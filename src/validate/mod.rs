@@ -156,6 +156,8 @@ fn schedule_of(
 ) -> Result<Schedule, String> {
     let cron_fields = cmd.cron.is_some()
         || cmd.every_ms.is_some()
+        || cmd.calendar.is_some()
+        || cmd.calendar_policy.is_some()
         || cmd.time_zone.is_some()
         || cmd.start_ms.is_some()
         || cmd.end_ms.is_some()
@@ -173,7 +175,7 @@ fn schedule_of(
     };
     if !cron {
         if cron_fields {
-            return Err("cron, every_ms, time_zone, start_ms, end_ms, max_fires and misfire apply to repeating timers; a one-shot timer always fires, late if it must".into());
+            return Err("cron, every_ms, time_zone, start_ms, end_ms, max_fires, misfire and calendar apply to repeating timers; a one-shot timer always fires, late if it must".into());
         }
         let due_ms = jitter::one_shot(&cmd.timer_id, due_of(cmd, record_ts_ms)?, cmd.jitter_ms)?;
         if due_ms.saturating_sub(now_ms) > limits.max_horizon_ms {
@@ -191,7 +193,11 @@ fn schedule_of(
         );
     }
     let spec = repeating_spec(cmd, record_ts_ms)?;
-    let compiled = spec.compile(&cmd.timer_id)?;
+    let calendar = spec
+        .calendar
+        .as_deref()
+        .and_then(|name| limits.apps.current().calendar(name));
+    let compiled = spec.compile(&cmd.timer_id, calendar)?;
     let after = record_ts_ms.max(spec.start_ms.unwrap_or(i64::MIN)) - 1;
     let first = compiled.plan(after, now_ms, spec.misfire, &limits.plan);
     if first.dues.is_empty() && first.exhausted {
@@ -210,7 +216,7 @@ fn schedule_of(
         later.dues.first().copied()
     });
     Ok(Schedule::Cron {
-        spec,
+        spec: Box::new(spec),
         first,
         next_ms,
     })
@@ -242,6 +248,8 @@ fn repeating_spec(cmd: &TimerCommand, record_ts_ms: i64) -> Result<CronSpec, Str
         misfire: cmd.misfire.unwrap_or(MisfirePolicy::FireOnce),
         every_ms: cmd.every_ms,
         jitter_ms: cmd.jitter_ms,
+        calendar: cmd.calendar.clone(),
+        calendar_policy: cmd.calendar_policy,
     })
 }
 

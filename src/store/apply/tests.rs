@@ -82,6 +82,8 @@ fn cron_update_args_carry_the_window() {
         misfire: MisfirePolicy::Skip,
         every_ms: None,
         jitter_ms: None,
+        calendar: None,
+        calendar_policy: None,
     };
     let first = Occurrences {
         dues: vec![5_000, 10_000],
@@ -90,7 +92,7 @@ fn cron_update_args_carry_the_window() {
     };
     let op = Op::Update {
         schedule: Schedule::Cron {
-            spec: spec.clone(),
+            spec: Box::new(spec.clone()),
             first,
             next_ms: Some(5_000),
         },
