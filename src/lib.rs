@@ -104,6 +104,7 @@ pub mod status;
 pub mod store;
 pub mod timer;
 pub mod topics;
+pub mod trace;
 pub mod trigger;
 pub mod validate;
 

@@ -52,6 +52,15 @@ impl Op {
             _ => None,
         }
     }
+
+    /// [`Op::def`], to change.
+    pub fn def_mut(&mut self) -> Option<&mut TimerDef> {
+        match self {
+            Op::Create { def, .. } => Some(def),
+            Op::Update { def, .. } => def.as_mut(),
+            _ => None,
+        }
+    }
 }
 
 /// When a timer fires.

@@ -50,6 +50,20 @@ fn every_header_of_the_contract_is_described_and_no_other() {
     assert_eq!(named, code);
 }
 
+/// The W3C trace context headers are described where ktimer reads or writes them: on
+/// commands, results and fired records.
+#[test]
+fn the_trace_context_headers_are_described_on_commands_results_and_fires() {
+    let doc = document();
+    for name in [ktimer::trace::TRACEPARENT, ktimer::trace::TRACESTATE] {
+        let n = doc
+            .lines()
+            .filter(|l| l.trim() == format!("{name}:"))
+            .count();
+        assert_eq!(n, 3, "{name}");
+    }
+}
+
 #[test]
 fn every_avro_schema_it_names_is_one_of_schemas() {
     let doc = document();

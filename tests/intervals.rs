@@ -211,7 +211,10 @@ async fn interval_timers_over_a_calendar_skip_or_defer_what_it_excludes() {
         ..every(id, 250, Some(anchor))
     };
     accepted(&env, &mut got, &over("cal-skip", None, 8)).await;
-    assert!(now_ms() < anchor, "applied after the anchor: start the test earlier");
+    assert!(
+        now_ms() < anchor,
+        "applied after the anchor: start the test earlier"
+    );
     let defer = Some(ktimer::command::CalendarPolicy::Defer);
     accepted(&env, &mut got, &over("cal-defer", defer, 6)).await;
     let unknown = TimerCommand {

@@ -218,12 +218,15 @@ impl Delay {
             }
             Err(refusal) => {
                 let cmd = &refusal.command;
+                let trace = crate::trace::Context::of(
+                    r.headers.iter().map(|(k, v)| (*k, v.unwrap_or_default())),
+                );
                 let mut result = CommandResult::rejected(r.partition, r.offset, now);
                 result.describe(cmd);
                 result.reason = Some(refusal.reason);
                 let f = self
                     .sink
-                    .send_result(Some(cmd.timer_id.as_bytes()), &result)
+                    .send_result(Some(cmd.timer_id.as_bytes()), &result, trace.as_ref())
                     .await?;
                 self.metrics
                     .delayed_records

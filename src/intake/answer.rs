@@ -80,10 +80,13 @@ async fn answer(sink: &Sink, topic: &str, h: &Handled) -> Result<DeliveryFuture,
         Some(f) => {
             let from = format!("{}/{}", h.partition, h.offset);
             let key = h.key.as_deref();
-            sink.send_forward(topic, f.partition, key, &f.value, &from)
+            sink.send_forward(topic, f.partition, key, &f.value, &from, h.trace.as_ref())
                 .await
         }
-        None => sink.send_result(h.result_key(), &h.result).await,
+        None => {
+            sink.send_result(h.result_key(), &h.result, h.trace.as_ref())
+                .await
+        }
     }
 }
 
@@ -130,7 +133,7 @@ pub(crate) async fn confirm(
                 Err(Stopped::Fatal(e)) => {
                     let small = minimal(&h.result, &e);
                     let send_small =
-                        || async { confirmed(sink.send_result(None, &small).await).await };
+                        || async { confirmed(sink.send_result(None, &small, None).await).await };
                     match retry.run(SinkError::does_not_fit, send_small).await {
                         Ok(()) => {}
                         Err(Stopped::Fatal(e)) => {

@@ -103,6 +103,8 @@ pub(crate) struct Handled {
     forward: Option<Forward>,
     /// Its record's index in [`prepare::Prepared::records`].
     record: usize,
+    /// The command's W3C trace context, answered with its result ([`crate::trace`]).
+    trace: Option<crate::trace::Context>,
 }
 
 /// A command to produce again to the partition its key maps to.

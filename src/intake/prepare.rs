@@ -138,7 +138,8 @@ impl Intake {
                 Err(why) => Err(why),
             };
             match valid {
-                Ok(op) => {
+                Ok(mut op) => {
+                    keep_trace(&mut h, &cmd, &mut op);
                     out.slots.push(out.handled.len());
                     out.requests.push(ApplyRequest {
                         partition: m.partition(),
@@ -288,6 +289,17 @@ fn unanswered(m: &OwnedMessage, record: usize, now_ms: i64) -> Handled {
         result,
         forward: None,
         record,
+        trace: crate::trace::Context::of(crate::kafka::header_pairs(m)),
+    }
+}
+
+/// The trace context of a valid command: its record's, else its callback headers' (a
+/// delayed record's); kept with the timer it defines, and answered with its result.
+fn keep_trace(h: &mut Handled, cmd: &TimerCommand, op: &mut Op) {
+    let callback = || crate::trace::Context::of_callback(&cmd.callback.as_ref()?.headers);
+    h.trace = h.trace.take().or_else(callback);
+    if let (Some(t), Some(def)) = (&h.trace, op.def_mut()) {
+        t.keep_in(&mut def.callback.headers);
     }
 }
 

@@ -295,6 +295,7 @@ impl Sink {
         &self,
         key: Option<&[u8]>,
         result: &CommandResult,
+        trace: Option<&crate::trace::Context>,
     ) -> Result<DeliveryFuture, SinkError> {
         let value = self
             .codec
@@ -303,6 +304,9 @@ impl Sink {
         let mut rec = FutureRecord::<[u8], [u8]>::to(&self.topics.results).payload(&value);
         if let Some(k) = key {
             rec = rec.key(k);
+        }
+        if trace.is_some() {
+            rec = rec.headers(record::with_trace(OwnedHeaders::new(), trace));
         }
         enqueue(&self.producer(), rec).await
     }
@@ -336,8 +340,10 @@ impl Sink {
         key: Option<&[u8]>,
         value: &[u8],
         from: &str,
+        trace: Option<&crate::trace::Context>,
     ) -> Result<DeliveryFuture, SinkError> {
         let h = OwnedHeaders::new().insert(header(headers::FORWARDED_FROM, from));
+        let h = record::with_trace(h, trace);
         let mut rec = FutureRecord::<[u8], [u8]>::to(topic)
             .partition(partition)
             .payload(value)

@@ -92,7 +92,8 @@ pub fn envelope(fire: &Fire, id: &str, stamp: Stamp) -> FiredEvent {
     }
 }
 
-/// ktimer's headers of fire `id` (produced by `instance`), then the callback's own.
+/// ktimer's headers of fire `id` (produced by `instance`), then the callback's own (a
+/// kept `traceparent` as the fire's child span, [`crate::trace`]).
 pub fn fire_headers(fire: &Fire, id: &str, stamp: Stamp, instance: &str) -> OwnedHeaders {
     let cb = &fire.def.callback;
     let (due, fired, att, ep) = (
@@ -111,9 +112,21 @@ pub fn fire_headers(fire: &Fire, id: &str, stamp: Stamp, instance: &str) -> Owne
         .insert(header(headers::INSTANCE, instance))
         .insert(header(headers::EPOCH, &ep));
     for (k, v) in &cb.headers {
-        h = h.insert(header(k, v));
+        h = h.insert(header(k, &crate::trace::fire_header(k, v, id)));
     }
     h
+}
+
+/// `h` and the W3C trace context `trace`, if any (a result's, a forwarded command's).
+pub fn with_trace(h: OwnedHeaders, trace: Option<&crate::trace::Context>) -> OwnedHeaders {
+    let Some(t) = trace else {
+        return h;
+    };
+    let h = h.insert(header(crate::trace::TRACEPARENT, &t.traceparent));
+    match &t.tracestate {
+        Some(s) => h.insert(header(crate::trace::TRACESTATE, s)),
+        None => h,
+    }
 }
 
 /// The headers of dead-lettered fire `id` whose record was too large: its identity only.
