@@ -114,6 +114,15 @@ fn with_user_options(mut cfg: ClientConfig, kafka: &KafkaArgs) -> ClientConfig {
     cfg
 }
 
+/// The headers of `m` as (name, value) pairs, a null value as empty.
+pub fn header_pairs(m: &impl rdkafka::message::Message) -> impl Iterator<Item = (&str, &[u8])> {
+    use rdkafka::message::Headers;
+    m.headers()
+        .into_iter()
+        .flat_map(|h| h.iter())
+        .map(|x| (x.key, x.value.unwrap_or_default()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,13 +195,4 @@ mod tests {
         assert_eq!(producer_max_bytes(&k), Some(20));
         assert_eq!(producer_max_bytes(&kafka(&[])), None);
     }
-}
-
-/// The headers of `m` as (name, value) pairs, a null value as empty.
-pub fn header_pairs(m: &impl rdkafka::message::Message) -> impl Iterator<Item = (&str, &[u8])> {
-    use rdkafka::message::Headers;
-    m.headers()
-        .into_iter()
-        .flat_map(|h| h.iter())
-        .map(|x| (x.key, x.value.unwrap_or_default()))
 }
