@@ -96,7 +96,7 @@ async fn results_and_fires_carry_the_commands_trace_also_after_a_rebuild() {
     let k = &env.args.kafka;
     let mut got = env.collect();
     let results: StreamConsumer =
-        ktimer::client::assigned_consumer(k, &[k.results_topic.clone()], true).unwrap();
+        ktimer::client::assigned_consumer(k, std::slice::from_ref(&k.results_topic), true).unwrap();
     let svc = env.start().await;
     let t0 = now_ms();
     let state = [
