@@ -45,7 +45,10 @@ async fn the_python_examples_create_cancel_read_and_deduplicate() {
     let brokers = env.argv[3].clone();
     let base = ["--brokers", &brokers, "--commands-topic", &k.commands_topic];
     let send = |what: &[&str]| python("producer.py", &[&base[..], what].concat());
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     send(&[
+        "--traceparent",
+        parent,
         "once",
         "py-once",
         "--delay-ms",
@@ -152,6 +155,11 @@ async fn the_python_examples_create_cancel_read_and_deduplicate() {
     let skipped = format!("duplicate skipped {}", once.fire_id);
     assert!(fired.contains(&skipped), "no {skipped:?} in {fired}");
     assert!(fired.contains("payload='hello'"), "{fired}");
+    // The fire continues the producer's trace, as a span of its own.
+    let ctx = ktimer::trace::Context::parse(parent, None).unwrap();
+    let span = &ctx.child(&once.fire_id)[36..52];
+    let traced = format!("trace=4bf92f3577b34da6a3ce929d0e0e4736 span={span}");
+    assert!(fired.contains(&traced), "no {traced:?} in {fired}");
     for l in lines.iter().filter(|l| l.starts_with("fired ")) {
         let late: i64 = l
             .split("late=")

@@ -9,7 +9,16 @@ unique key in the same database transaction, or `SET fire:<id> 1 NX EX 86400` in
 
     python3 consume_fired.py --brokers 127.0.0.1:19092 --count 3
 
-A record's value is the timer's payload itself (mode RAW), or a FiredEvent envelope."""
+A record's value is the timer's payload itself (mode RAW), or a FiredEvent envelope.
+
+A timer created in a trace (a W3C `traceparent` header on its command) fires as a child
+span of the creating one: the record's `traceparent` has the same trace id and a span id
+of the fire's own. Continue the trace from it; with OpenTelemetry:
+
+    ctx = opentelemetry.propagate.extract(headers)
+    with tracer.start_as_current_span("handle fire", context=ctx): ...
+
+Here the trace and span ids are printed."""
 import argparse
 import time
 
@@ -54,8 +63,12 @@ def main():
             else:
                 payload = value
             due, fired = int(headers["ktimer-due-ms"]), int(headers["ktimer-fired-ms"])
+            trace = ""
+            if "traceparent" in headers:
+                _, trace_id, span_id, _ = headers["traceparent"].split("-")
+                trace = f" trace={trace_id} span={span_id}"
             print(f"fired {headers['ktimer-timer-id']} fire_id={fire_id} late={fired - due}ms "
-                  f"payload={payload.decode(errors='replace')!r}", flush=True)
+                  f"payload={payload.decode(errors='replace')!r}{trace}", flush=True)
             acted += 1
             last = time.monotonic()
     finally:

@@ -33,6 +33,7 @@ def main():
     p.add_argument("--commands-topic", default="ktimer.commands")
     p.add_argument("--application", default="default")
     p.add_argument("--schema-registry-url", help="encode in the Confluent wire format through this registry")
+    p.add_argument("--traceparent", help="W3C trace context of the sending span: its result and fires continue the trace")
     sub = p.add_subparsers(dest="what", required=True)
     once = sub.add_parser("once", help="a one-shot timer")
     once.add_argument("timer_id")
@@ -82,7 +83,10 @@ def main():
     value = command_codec.encode(cmd, a.commands_topic)
     producer = Producer({"bootstrap.servers": a.brokers, **PRODUCER_CONFIG})
     sent = []
-    producer.produce(a.commands_topic, key=a.timer_id.encode(), value=value,
+    # With OpenTelemetry, inject the current span instead:
+    #   carrier = {}; opentelemetry.propagate.inject(carrier); headers = list(carrier.items())
+    headers = [("traceparent", a.traceparent)] if a.traceparent else []
+    producer.produce(a.commands_topic, key=a.timer_id.encode(), value=value, headers=headers,
                      on_delivery=lambda err, msg: sent.append((err, msg)))
     producer.flush(30)
     err, msg = sent[0] if sent else ("not delivered within 30 s", None)
