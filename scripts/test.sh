@@ -14,6 +14,8 @@ if [ "$#" -eq 0 ]; then
   echo "==> asyncapi.yaml (the AsyncAPI parser, and avsc for its Avro schemas)..." >&2
   (cd scripts/asyncapi && npm ci --no-audit --no-fund --loglevel=error >/dev/null && node check.mjs)
 fi
+echo "==> the Node.js examples' packages (examples/node, npm ci)..." >&2
+(cd examples/node && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 cargo test --locked "$@"
 if [ "$#" -eq 0 ]; then
   echo "==> the end-to-end and cron tests again, on a Redis Cluster of three primaries..." >&2

@@ -1,0 +1,191 @@
+//! The Node.js examples (`examples/node/`, kafkajs and avsc) against a real broker and a
+//! running ktimer: what a Node team would run first. Their output is what the test reads.
+//! `npm ci` in `examples/node` installs their packages (scripts/test.sh does).
+
+mod common;
+
+use common::TestEnv;
+use ktimer::partitioner::Partitioner;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use std::process::Command;
+use std::time::Duration;
+
+const MIN: Duration = Duration::from_secs(60);
+
+/// Runs `examples/node/SCRIPT` with `args`; its output, failing the test if it failed.
+fn node(script: &str, args: &[&str]) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/node/");
+    assert!(
+        std::path::Path::new(&format!("{dir}node_modules/kafkajs")).exists(),
+        "run `npm ci` in examples/node first (scripts/test.sh does)"
+    );
+    let out = Command::new("node")
+        .arg(format!("{dir}{script}"))
+        .args(args)
+        .output()
+        .expect("node runs (scripts/install-deps.sh --for-tests installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{script}: {text}");
+    assert!(
+        out.status.success(),
+        "{script} failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The partition `producer.mjs` reports, `-> TOPIC[P]@OFFSET`.
+fn partition_of(sent: &str) -> i32 {
+    let p = sent.split('[').nth(1).and_then(|x| x.split(']').next());
+    p.and_then(|p| p.parse().ok()).expect(sent)
+}
+
+/// A one-shot timer in a trace, a cron timer in Europe/Berlin and its cancel, an interval
+/// timer with jitter and a fire limit, and a record through the delay topic, all from
+/// Node: kafkajs partitions each command where ktimer keeps its timer, ktimer accepts them
+/// (`read_results.mjs`), and `consume_fired.mjs` sees each fire once (a redelivered copy
+/// skipped on its fire id), the interval's three, the delayed record, and the one-shot's
+/// fire as a span of the producer's trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_examples_create_cancel_delay_read_and_deduplicate() {
+    let env = TestEnv::new("nodeex", 2, &[]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let k = &env.args.kafka;
+    let brokers = env.argv[3].clone();
+    let base = ["--brokers", &brokers, "--commands-topic", &k.commands_topic];
+    let send = |what: &[&str]| node("producer.mjs", &[&base[..], what].concat());
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let sent = send(&[
+        "--traceparent",
+        parent,
+        "once",
+        "node-once",
+        "--delay-ms",
+        "1500",
+        "--payload",
+        "hello",
+    ]);
+    let want = Partitioner::Murmur2.partition(b"node-once", 2);
+    assert_eq!(partition_of(&sent), want, "kafkajs partitions as ktimer does");
+    send(&[
+        "cron",
+        "node-cron",
+        "--cron",
+        "* * * * * *",
+        "--time-zone",
+        "Europe/Berlin",
+        "--payload",
+        "tick",
+    ]);
+    send(&[
+        "every",
+        "node-every",
+        "--every-ms",
+        "300",
+        "--max-fires",
+        "3",
+        "--jitter-ms",
+        "50",
+        "--payload",
+        "beat",
+    ]);
+    node(
+        "delay.mjs",
+        &[
+            "--brokers",
+            &brokers,
+            "--delay-topic",
+            &k.delay_topic,
+            "send",
+            "--target",
+            &k.fired_topic,
+            "--delay-ms",
+            "1000",
+            "--id",
+            "node-delayed",
+            "--value",
+            "later",
+        ],
+    );
+    let fire = got.fires_until("node-cron", MIN).await;
+    send(&["cancel", "node-cron"]);
+    let group = common::unique("nodeex-results");
+    let results = node(
+        "read_results.mjs",
+        &[
+            "--brokers",
+            &brokers,
+            "--results-topic",
+            &k.results_topic,
+            "--group",
+            &group,
+            "--count",
+            "5",
+        ],
+    );
+    for line in [
+        "result node-once CREATE_ONCE ACCEPTED state=SCHEDULED",
+        "result node-cron CREATE_CRON ACCEPTED state=SCHEDULED",
+        "result node-every CREATE_CRON ACCEPTED state=SCHEDULED",
+        "result node-delayed CREATE_ONCE ACCEPTED state=SCHEDULED",
+        "result node-cron CANCEL ACCEPTED state=CANCELLED",
+    ] {
+        assert!(results.contains(line), "no {line:?} in {results}");
+    }
+    // A redelivery of the one-shot's fire: the same record again, headers and all.
+    let once = match fire.iter().find(|f| f.timer_id == "node-once") {
+        Some(f) => f.clone(),
+        None => got.fires_until("node-once", MIN).await.pop().unwrap(),
+    };
+    let mut headers = OwnedHeaders::new();
+    for (name, value) in &once.headers {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let copy = FutureRecord::to(&k.fired_topic)
+        .key(once.key.as_deref().unwrap_or_default())
+        .payload(&once.payload)
+        .headers(headers);
+    env.producer
+        .send(copy, Duration::from_secs(10))
+        .await
+        .expect("copy produced");
+    let fired = node(
+        "consume_fired.mjs",
+        &[
+            "--brokers",
+            &brokers,
+            "--fired-topic",
+            &k.fired_topic,
+            "--group",
+            &common::unique("nodeex-fired"),
+            "--timeout-s",
+            "15",
+        ],
+    );
+    let count = |id: &str| {
+        let prefix = format!("fired {id} ");
+        fired.lines().filter(|l| l.starts_with(&prefix)).count()
+    };
+    assert_eq!(count("node-once"), 1, "{fired}");
+    assert_eq!(count("node-every"), 3, "the interval's max_fires: {fired}");
+    assert_eq!(count("node-delayed"), 1, "{fired}");
+    assert!(count("node-cron") >= 1, "{fired}");
+    let skipped = format!("duplicate skipped {}", once.fire_id);
+    assert!(fired.contains(&skipped), "no {skipped:?} in {fired}");
+    assert!(fired.contains("payload='hello'") && fired.contains("payload='later'"), "{fired}");
+    let ctx = ktimer::trace::Context::parse(parent, None).unwrap();
+    let span = &ctx.child(&once.fire_id)[36..52];
+    let traced = format!("trace=0af7651916cd43dd8448eb211c80319c span={span}");
+    assert!(fired.contains(&traced), "no {traced:?} in {fired}");
+    for l in fired.lines().filter(|l| l.starts_with("fired ")) {
+        let late = l.split("late=").nth(1).and_then(|x| x.split("ms").next());
+        let late: i64 = late.unwrap().parse().unwrap();
+        assert!(late >= 0, "early: {l}");
+    }
+    svc.stop().await;
+}
