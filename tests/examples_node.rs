@@ -68,7 +68,11 @@ async fn the_node_examples_create_cancel_delay_read_and_deduplicate() {
         "hello",
     ]);
     let want = Partitioner::Murmur2.partition(b"node-once", 2);
-    assert_eq!(partition_of(&sent), want, "kafkajs partitions as ktimer does");
+    assert_eq!(
+        partition_of(&sent),
+        want,
+        "kafkajs partitions as ktimer does"
+    );
     send(&[
         "cron",
         "node-cron",
@@ -177,7 +181,10 @@ async fn the_node_examples_create_cancel_delay_read_and_deduplicate() {
     assert!(count("node-cron") >= 1, "{fired}");
     let skipped = format!("duplicate skipped {}", once.fire_id);
     assert!(fired.contains(&skipped), "no {skipped:?} in {fired}");
-    assert!(fired.contains("payload='hello'") && fired.contains("payload='later'"), "{fired}");
+    assert!(
+        fired.contains("payload='hello'") && fired.contains("payload='later'"),
+        "{fired}"
+    );
     let ctx = ktimer::trace::Context::parse(parent, None).unwrap();
     let span = &ctx.child(&once.fire_id)[36..52];
     let traced = format!("trace=0af7651916cd43dd8448eb211c80319c span={span}");
@@ -187,5 +194,56 @@ async fn the_node_examples_create_cancel_delay_read_and_deduplicate() {
         let late: i64 = late.unwrap().parse().unwrap();
         assert!(late >= 0, "early: {l}");
     }
+    svc.stop().await;
+}
+
+/// With a schema registry: `producer.mjs --schema-registry-url` registers the schema under
+/// the topic's subject through the registry's REST API and frames the command in the
+/// Confluent wire format; ktimer decodes and accepts it and fires the timer, and
+/// `read_results.mjs` decodes ktimer's framed result with the writer schema it fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_examples_speak_the_confluent_wire_format_through_a_registry() {
+    let url = common::registry::registry().await;
+    let env = TestEnv::new("nodereg", 1, &["--schema-registry-url", &url]).await;
+    let mut got = env.collect();
+    let svc = env.start().await;
+    let k = &env.args.kafka;
+    let brokers = env.argv[3].clone();
+    let registry = ["--schema-registry-url", url.as_str()];
+    let base = ["--brokers", &brokers, "--commands-topic", &k.commands_topic];
+    let once = [
+        "once",
+        "node-sr",
+        "--delay-ms",
+        "500",
+        "--payload",
+        "via registry",
+    ];
+    let sent = node(
+        "producer.mjs",
+        &[&base[..], &registry[..], &once[..]].concat(),
+    );
+    assert!(sent.contains("(confluent schema-id="), "{sent}");
+    let fire = got.fires(1, MIN).await.remove(0);
+    assert_eq!(
+        (fire.timer_id.as_str(), fire.payload.as_slice()),
+        ("node-sr", &b"via registry"[..])
+    );
+    assert!(fire.fired_ms >= fire.due_ms, "early");
+    let group = common::unique("nodereg-results");
+    let read = [
+        "--results-topic",
+        &k.results_topic,
+        "--group",
+        &group,
+        "--count",
+        "1",
+    ];
+    let results = node(
+        "read_results.mjs",
+        &[&["--brokers", &brokers][..], &read[..], &registry[..]].concat(),
+    );
+    let line = "result node-sr CREATE_ONCE ACCEPTED state=SCHEDULED";
+    assert!(results.contains(line), "no {line:?} in {results}");
     svc.stop().await;
 }

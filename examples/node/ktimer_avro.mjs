@@ -114,8 +114,11 @@ export function kafka(brokerList, clientId) {
   return new Kafka({ clientId, brokers: brokers(brokerList), logLevel: logLevel.ERROR });
 }
 
-/** The producer settings: Java's murmur2 (kafkajs's default), as ktimer partitions ids. */
-export const PRODUCER = { createPartitioner: Partitioners.DefaultPartitioner, idempotent: true, maxInFlightRequests: 1 };
+/** The producer settings: Java's murmur2 (kafkajs's default), as ktimer partitions ids, and
+ * one request in flight so retries keep the order of a timer's commands. (kafkajs's
+ * idempotent producer is experimental and not every broker answers its InitProducerId; a
+ * command sent twice is harmless: its request id makes the second a DUPLICATE.) */
+export const PRODUCER = { createPartitioner: Partitioners.DefaultPartitioner, maxInFlightRequests: 1 };
 
 /** Reads `topic` from the start in group `groupId`, calling `each(message)` until `done()`
  * or `timeoutS` seconds without a message; disconnects. */
