@@ -107,9 +107,10 @@ impl Context {
 /// A fire's `traceparent` in place of the creating span's, when `name` is one and its
 /// value a valid context; else the header as it is.
 pub fn fire_header<'a>(name: &str, value: &'a str, fire_id: &str) -> std::borrow::Cow<'a, str> {
-    match (name, Context::parse(value, None)) {
-        (TRACEPARENT, Some(c)) => c.child(fire_id).into(),
-        _ => value.into(),
+    let parent = (name == TRACEPARENT).then(|| Context::parse(value, None));
+    match parent.flatten() {
+        Some(c) => c.child(fire_id).into(),
+        None => value.into(),
     }
 }
 
