@@ -4,30 +4,14 @@
 
 mod common;
 
-use common::TestEnv;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
-use std::process::Command;
+use common::{scripts, TestEnv};
 use std::time::Duration;
 
 const MIN: Duration = Duration::from_secs(60);
 
 /// Runs `examples/python/SCRIPT` with `args`; its output, failing the test if it failed.
 fn python(script: &str, args: &[&str]) -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/python/");
-    let out = Command::new("python3")
-        .arg(format!("{path}{script}"))
-        .args(args)
-        .output()
-        .expect("python3 runs (scripts/install-deps.sh --for-tests installs its packages)");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    println!("{script}: {text}");
-    assert!(
-        out.status.success(),
-        "{script} failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    scripts::run("python3", "python", script, args)
 }
 
 /// A one-shot timer, a cron timer in Europe/Berlin and its cancel, an interval timer with
@@ -94,34 +78,18 @@ async fn the_python_examples_create_cancel_read_and_deduplicate() {
             "4",
         ],
     );
-    for line in [
-        "result py-once CREATE_ONCE ACCEPTED state=SCHEDULED",
-        "result py-cron CREATE_CRON ACCEPTED state=SCHEDULED",
-        "result py-every CREATE_CRON ACCEPTED state=SCHEDULED",
-        "result py-cron CANCEL ACCEPTED state=CANCELLED",
-    ] {
-        assert!(results.contains(line), "no {line:?} in {results}");
-    }
+    scripts::assert_lines(
+        &results,
+        &[
+            "result py-once CREATE_ONCE ACCEPTED state=SCHEDULED",
+            "result py-cron CREATE_CRON ACCEPTED state=SCHEDULED",
+            "result py-every CREATE_CRON ACCEPTED state=SCHEDULED",
+            "result py-cron CANCEL ACCEPTED state=CANCELLED",
+        ],
+    );
     // A redelivery of the one-shot's fire: the same record again, headers and all.
-    let once = match fire.iter().find(|f| f.timer_id == "py-once") {
-        Some(f) => f.clone(),
-        None => got.fires_until("py-once", MIN).await.pop().unwrap(),
-    };
-    let mut headers = OwnedHeaders::new();
-    for (name, value) in &once.headers {
-        headers = headers.insert(Header {
-            key: name,
-            value: Some(value.as_bytes()),
-        });
-    }
-    let copy = FutureRecord::to(&k.fired_topic)
-        .key(once.key.as_deref().unwrap_or_default())
-        .payload(&once.payload)
-        .headers(headers);
-    env.producer
-        .send(copy, Duration::from_secs(10))
-        .await
-        .expect("copy produced");
+    let once = scripts::fire_of(&mut got, &fire, "py-once").await;
+    scripts::redeliver(&env, &once).await;
     let group = common::unique("pyex-fired");
     let fired = python(
         "consume_fired.py",
@@ -160,16 +128,7 @@ async fn the_python_examples_create_cancel_read_and_deduplicate() {
     let span = &ctx.child(&once.fire_id)[36..52];
     let traced = format!("trace=4bf92f3577b34da6a3ce929d0e0e4736 span={span}");
     assert!(fired.contains(&traced), "no {traced:?} in {fired}");
-    for l in lines.iter().filter(|l| l.starts_with("fired ")) {
-        let late: i64 = l
-            .split("late=")
-            .nth(1)
-            .and_then(|x| x.split("ms").next())
-            .unwrap()
-            .parse()
-            .unwrap();
-        assert!(late >= 0, "early: {l}");
-    }
+    scripts::assert_never_early(&fired);
     svc.stop().await;
 }
 

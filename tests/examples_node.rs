@@ -4,35 +4,23 @@
 
 mod common;
 
-use common::TestEnv;
+use common::{scripts, TestEnv};
 use ktimer::partitioner::Partitioner;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
-use std::process::Command;
 use std::time::Duration;
 
 const MIN: Duration = Duration::from_secs(60);
 
 /// Runs `examples/node/SCRIPT` with `args`; its output, failing the test if it failed.
 fn node(script: &str, args: &[&str]) -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/node/");
+    let modules = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/node/node_modules/kafkajs"
+    );
     assert!(
-        std::path::Path::new(&format!("{dir}node_modules/kafkajs")).exists(),
+        std::path::Path::new(modules).exists(),
         "run `npm ci` in examples/node first (scripts/test.sh does)"
     );
-    let out = Command::new("node")
-        .arg(format!("{dir}{script}"))
-        .args(args)
-        .output()
-        .expect("node runs (scripts/install-deps.sh --for-tests installs it)");
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    println!("{script}: {text}");
-    assert!(
-        out.status.success(),
-        "{script} failed: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    scripts::run("node", "node", script, args)
 }
 
 /// The partition `producer.mjs` reports, `-> TOPIC[P]@OFFSET`.
@@ -129,35 +117,19 @@ async fn the_node_examples_create_cancel_delay_read_and_deduplicate() {
             "5",
         ],
     );
-    for line in [
-        "result node-once CREATE_ONCE ACCEPTED state=SCHEDULED",
-        "result node-cron CREATE_CRON ACCEPTED state=SCHEDULED",
-        "result node-every CREATE_CRON ACCEPTED state=SCHEDULED",
-        "result node-delayed CREATE_ONCE ACCEPTED state=SCHEDULED",
-        "result node-cron CANCEL ACCEPTED state=CANCELLED",
-    ] {
-        assert!(results.contains(line), "no {line:?} in {results}");
-    }
+    scripts::assert_lines(
+        &results,
+        &[
+            "result node-once CREATE_ONCE ACCEPTED state=SCHEDULED",
+            "result node-cron CREATE_CRON ACCEPTED state=SCHEDULED",
+            "result node-every CREATE_CRON ACCEPTED state=SCHEDULED",
+            "result node-delayed CREATE_ONCE ACCEPTED state=SCHEDULED",
+            "result node-cron CANCEL ACCEPTED state=CANCELLED",
+        ],
+    );
     // A redelivery of the one-shot's fire: the same record again, headers and all.
-    let once = match fire.iter().find(|f| f.timer_id == "node-once") {
-        Some(f) => f.clone(),
-        None => got.fires_until("node-once", MIN).await.pop().unwrap(),
-    };
-    let mut headers = OwnedHeaders::new();
-    for (name, value) in &once.headers {
-        headers = headers.insert(Header {
-            key: name,
-            value: Some(value.as_bytes()),
-        });
-    }
-    let copy = FutureRecord::to(&k.fired_topic)
-        .key(once.key.as_deref().unwrap_or_default())
-        .payload(&once.payload)
-        .headers(headers);
-    env.producer
-        .send(copy, Duration::from_secs(10))
-        .await
-        .expect("copy produced");
+    let once = scripts::fire_of(&mut got, &fire, "node-once").await;
+    scripts::redeliver(&env, &once).await;
     let fired = node(
         "consume_fired.mjs",
         &[
@@ -189,11 +161,7 @@ async fn the_node_examples_create_cancel_delay_read_and_deduplicate() {
     let span = &ctx.child(&once.fire_id)[36..52];
     let traced = format!("trace=0af7651916cd43dd8448eb211c80319c span={span}");
     assert!(fired.contains(&traced), "no {traced:?} in {fired}");
-    for l in fired.lines().filter(|l| l.starts_with("fired ")) {
-        let late = l.split("late=").nth(1).and_then(|x| x.split("ms").next());
-        let late: i64 = late.unwrap().parse().unwrap();
-        assert!(late >= 0, "early: {l}");
-    }
+    scripts::assert_never_early(&fired);
     svc.stop().await;
 }
 

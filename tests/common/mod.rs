@@ -10,7 +10,7 @@
 //! - [`collected`]: what arrived on the fired and results topics;
 //! - [`commands`]: command builders; [`checker`]: the fault scenarios' one checker;
 //! - [`store`]: a store on its own prefix, for the store-level tests;
-//! - [`registry`]: a schema registry stand-in;
+//! - [`registry`]: a schema registry stand-in; [`scripts`]: running the example scripts;
 //! - [`api`]: a client of the admin API;
 //! - [`serial`]: one test at a time in a binary whose tests measure timings.
 // Each test binary uses a part of the harness.
@@ -27,6 +27,7 @@ pub mod env;
 pub mod netns;
 pub mod proxy;
 pub mod registry;
+pub mod scripts;
 pub mod servers;
 pub mod store;
 pub mod world;
