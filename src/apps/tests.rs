@@ -85,3 +85,23 @@ fn calendars_are_parsed_and_a_bad_one_refuses_the_file() {
         "{bad}"
     );
 }
+
+#[test]
+fn a_reload_brings_the_files_new_calendars() {
+    let name = format!("ktimer-calendars-{}.toml", std::process::id());
+    let path = std::env::temp_dir().join(name);
+    std::fs::write(&path, "[calendars.a]\ndates = [\"2026-12-25\"]\n").unwrap();
+    let apps = Apps::load(path.to_str().unwrap()).unwrap();
+    assert!(apps.current().calendar("a").is_some());
+    std::fs::write(&path, "[calendars.b]\nweekly = [\"Sat-Sun\"]\n").unwrap();
+    apps.reload().unwrap();
+    let now = apps.current();
+    assert!(now.calendar("a").is_none() && now.calendar("b").is_some());
+    std::fs::write(&path, "[calendars.c]\nweekly = [\"Caturday\"]\n").unwrap();
+    assert!(apps.reload().is_err(), "a bad file is refused");
+    assert!(
+        apps.current().calendar("b").is_some(),
+        "and the calendars in force stay"
+    );
+    let _ = std::fs::remove_file(path);
+}
