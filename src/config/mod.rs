@@ -72,7 +72,8 @@ pub enum Command {
     /// compaction, retention), Redis (version, eviction policy, persistence) and the clock;
     /// one line per check with ok, warn or fail and the fix. Exits 1 on a failure.
     Check(CheckArgs),
-    /// Print the next due instants of a cron schedule in its time zone, as the service
+    /// Print the next due instants of a cron or interval schedule (with its jitter and
+    /// calendar) in its time zone, as the service
     /// computes them (daylight-saving changes noted).
     Next(NextArgs),
 }
