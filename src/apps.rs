@@ -263,6 +263,12 @@ impl Apps {
         self.current.read().expect("apps lock").clone()
     }
 
+    /// The definition of the calendar `spec` names, in the file in force (none when it
+    /// names none, or one the file does not define).
+    pub fn calendar_of(&self, spec: &crate::schedule::CronSpec) -> Option<Arc<Calendar>> {
+        self.current().calendar(spec.calendar.as_deref()?)
+    }
+
     /// Reads the file again; on an error the settings in force stay.
     pub fn reload(&self) -> Result<(), String> {
         let Some(path) = &self.path else {

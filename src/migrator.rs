@@ -187,7 +187,7 @@ impl Migrator {
         spec: &crate::schedule::CronSpec,
     ) -> Option<Arc<crate::calendar::Calendar>> {
         let name = spec.calendar.as_deref()?;
-        let found = self.apps.current().calendar(name);
+        let found = self.apps.calendar_of(spec);
         if found.is_none() {
             tracing::error!(partition = self.partition, timer_id = %d.timer_id, calendar = name,
                 "the calendar this timer names is no longer in the applications file; its occurrences fire unexcluded");

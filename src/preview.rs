@@ -66,22 +66,20 @@ pub fn next(
 pub fn run(args: NextArgs) -> anyhow::Result<()> {
     let from = args.from_ms.unwrap_or_else(crate::now_ms);
     let spec = CronSpec {
-        start_ms: match args.every_ms {
-            // As the service anchors an interval without start_ms: one interval on.
-            Some(every) => Some(args.start_ms.unwrap_or(from.saturating_add(every))),
-            None => args.start_ms,
-        },
+        start_ms: args.start_ms,
         end_ms: args.end_ms,
         every_ms: args.every_ms,
         jitter_ms: args.jitter_ms,
         calendar: args.calendar.clone(),
         calendar_policy: args.defer.then_some(crate::command::CalendarPolicy::Defer),
         ..CronSpec::new(args.cron.as_deref().unwrap_or(""), &args.time_zone)
-    };
-    let calendar = match (&args.calendar, &args.applications) {
-        (Some(name), Some(apps)) => apps.current().calendar(name),
-        _ => None,
-    };
+    }
+    .anchored(from)
+    .map_err(anyhow::Error::msg)?;
+    let calendar = args
+        .applications
+        .as_ref()
+        .and_then(|a| a.calendar_of(&spec));
     let dues =
         next(&spec, &args.timer_id, calendar, from, args.count).map_err(anyhow::Error::msg)?;
     if dues.is_empty() {

@@ -178,6 +178,21 @@ impl CronSpec {
         }
     }
 
+    /// An interval without `start_ms` anchored one interval after `origin_ms` (the
+    /// service's rule, from the command's record timestamp, so a replay computes the same
+    /// grid); any other schedule as it is.
+    pub fn anchored(mut self, origin_ms: i64) -> Result<CronSpec, String> {
+        if let (Some(every), None) = (self.every_ms.filter(|e| *e > 0), self.start_ms) {
+            let start = origin_ms
+                .checked_add(every)
+                .filter(|s| *s <= MAX_INSTANT_MS);
+            self.start_ms = Some(start.ok_or_else(|| {
+                format!("every_ms {every} puts the first fire past {MAX_INSTANT_MS}")
+            })?);
+        }
+        Ok(self)
+    }
+
     /// Parses the schedule and the zone for timer `timer_id` (whose id seeds the
     /// jitter), with `calendar`, the definition of the calendar it names (the caller
     /// looks it up: the applications file in force); the error says what is wrong.

@@ -55,9 +55,9 @@ impl Context {
     }
 
     /// The context named by `headers` (a header name to its text), if any.
-    pub fn of<'a>(mut headers: impl Iterator<Item = (&'a str, &'a [u8])>) -> Option<Context> {
+    pub fn of<'a>(headers: impl Iterator<Item = (&'a str, &'a [u8])>) -> Option<Context> {
         let (mut parent, mut state) = (None, None);
-        for (k, v) in headers.by_ref() {
+        for (k, v) in headers {
             let v = std::str::from_utf8(v).ok();
             match k {
                 TRACEPARENT => parent = v,

@@ -135,11 +135,13 @@ fn next_dues(
         .max_fires
         .map(|m| (m - t.fires.unwrap_or(0)).max(0) as usize);
     let after = now_ms.max(t.last_fired_due_ms.unwrap_or(i64::MIN)) - 1;
-    let calendar = spec
-        .calendar
-        .as_deref()
-        .and_then(|c| apps.current().calendar(c));
-    let dues = crate::preview::next(&spec, id, calendar, after, left.map_or(n, |l| l.min(n)))?;
+    let dues = crate::preview::next(
+        &spec,
+        id,
+        apps.calendar_of(&spec),
+        after,
+        left.map_or(n, |l| l.min(n)),
+    )?;
     Ok(dues
         .into_iter()
         .map(|d| json!({"due_ms": d.due_ms, "local": d.local, "note": d.note}))

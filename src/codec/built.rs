@@ -16,14 +16,18 @@ pub(super) struct Built {
     pub(super) header: Vec<u8>,
     /// apache-avro's header (written by ktimer before 0.2), still read.
     legacy: Vec<u8>,
-    /// Earlier versions of the schema: their headers (both kinds), each with a reader
-    /// that resolves their datums into this version (Avro schema resolution: fields
-    /// added since take their defaults).
-    previous: Vec<(Vec<u8>, usize)>,
-    /// The readers of `previous`, by index.
-    resolving: Vec<GenericDatumReader<'static>>,
+    /// Earlier versions of the schema, still read.
+    previous: Vec<Previous>,
     reader: GenericDatumReader<'static>,
     writer: GenericDatumWriter<'static>,
+}
+
+/// An earlier version of a schema: its headers (the specification's and apache-avro's),
+/// and a reader that resolves its datums into the current version (Avro schema
+/// resolution: fields added since take their defaults).
+struct Previous {
+    headers: [Vec<u8>; 2],
+    reader: GenericDatumReader<'static>,
 }
 
 impl Built {
@@ -34,16 +38,15 @@ impl Built {
             let schema: &'static Schema = Box::leak(Box::new(
                 Schema::parse_str(p).expect("previous schema parses"),
             ));
-            let i = b.resolving.len();
             let header = crate::fingerprint::header(p).expect("previous schema fingerprints");
-            b.previous.push((header, i));
-            b.previous
-                .push((crate::fingerprint::legacy_header(schema), i));
             let reader = GenericDatumReader::builder(schema)
                 .reader_schema(b.schema)
                 .build()
                 .expect("a previous schema resolves into the current one");
-            b.resolving.push(reader);
+            b.previous.push(Previous {
+                headers: [header, crate::fingerprint::legacy_header(schema)],
+                reader,
+            });
         }
         b
     }
@@ -58,7 +61,6 @@ impl Built {
             header: crate::fingerprint::header(json).expect("built-in schema fingerprints"),
             legacy: crate::fingerprint::legacy_header(schema),
             previous: Vec::new(),
-            resolving: Vec::new(),
             reader: GenericDatumReader::builder(schema).build().expect("reader"),
             writer: GenericDatumWriter::builder(schema).build().expect("writer"),
         }
@@ -107,10 +109,12 @@ impl Built {
         if let Some(rest) = current {
             return self.read_datum(rest);
         }
-        let earlier = self.previous.iter().find_map(|(h, i)| {
-            bytes
-                .strip_prefix(h.as_slice())
-                .map(|rest| (&self.resolving[*i], rest))
+        let earlier = self.previous.iter().find_map(|p| {
+            let rest = p
+                .headers
+                .iter()
+                .find_map(|h| bytes.strip_prefix(h.as_slice()))?;
+            Some((&p.reader, rest))
         });
         match earlier {
             Some((reader, rest)) => Self::read_resolved(reader, rest),

@@ -305,11 +305,7 @@ fn keep_trace(h: &mut Handled, cmd: &TimerCommand, op: &mut Op) {
 
 /// Whether ktimer forwarded this record already (it is never forwarded twice).
 fn forwarded(m: &OwnedMessage) -> bool {
-    use rdkafka::message::Headers;
-    m.headers().is_some_and(|h| {
-        h.iter()
-            .any(|x| x.key == crate::sink::headers::FORWARDED_FROM)
-    })
+    crate::kafka::header_pairs(m).any(|(k, _)| k == crate::sink::headers::FORWARDED_FROM)
 }
 
 #[cfg(test)]

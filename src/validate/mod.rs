@@ -193,11 +193,7 @@ fn schedule_of(
         );
     }
     let spec = repeating_spec(cmd, record_ts_ms)?;
-    let calendar = spec
-        .calendar
-        .as_deref()
-        .and_then(|name| limits.apps.current().calendar(name));
-    let compiled = spec.compile(&cmd.timer_id, calendar)?;
+    let compiled = spec.compile(&cmd.timer_id, limits.apps.calendar_of(&spec))?;
     let after = record_ts_ms.max(spec.start_ms.unwrap_or(i64::MIN)) - 1;
     let first = compiled.plan(after, now_ms, spec.misfire, &limits.plan);
     if first.dues.is_empty() && first.exhausted {
@@ -225,24 +221,10 @@ fn schedule_of(
 /// The schedule of a repeating timer: its cron expression, or its interval anchored at
 /// `start_ms` (default one interval after the command's record timestamp).
 fn repeating_spec(cmd: &TimerCommand, record_ts_ms: i64) -> Result<CronSpec, String> {
-    let start_ms = match cmd.every_ms {
-        Some(every) if cmd.start_ms.is_none() && every > 0 => Some(
-            record_ts_ms
-                .checked_add(every)
-                .filter(|s| *s <= MAX_INSTANT_MS)
-                .ok_or_else(|| {
-                    format!("every_ms {every} puts the first fire past {MAX_INSTANT_MS}")
-                })?,
-        ),
-        _ => cmd.start_ms,
-    };
-    if cmd.cron.is_none() && cmd.every_ms.is_none() {
-        return Err("CREATE_CRON needs cron or every_ms".into());
-    }
-    Ok(CronSpec {
+    CronSpec {
         cron: cmd.cron.clone().unwrap_or_default(),
         time_zone: cmd.time_zone.clone().unwrap_or_else(|| "UTC".into()),
-        start_ms,
+        start_ms: cmd.start_ms,
         end_ms: cmd.end_ms,
         max_fires: cmd.max_fires,
         misfire: cmd.misfire.unwrap_or(MisfirePolicy::FireOnce),
@@ -250,7 +232,8 @@ fn repeating_spec(cmd: &TimerCommand, record_ts_ms: i64) -> Result<CronSpec, Str
         jitter_ms: cmd.jitter_ms,
         calendar: cmd.calendar.clone(),
         calendar_policy: cmd.calendar_policy,
-    })
+    }
+    .anchored(record_ts_ms)
 }
 
 fn due_of(cmd: &TimerCommand, record_ts_ms: i64) -> Result<i64, String> {
