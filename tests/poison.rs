@@ -116,7 +116,9 @@ async fn a_command_the_store_fails_on_is_rejected_and_its_partition_goes_on() {
 /// A fire whose acknowledgement the store fails on every time: timer "victim"'s record is
 /// replaced by bytes no function can read after the trigger claimed it (so it fires) and
 /// before its acknowledgement, among 500 good timers due around it on the same
-/// partition. The fires acknowledged with it must be acknowledged, the victim forgotten
+/// partition. (Its payload is larger than a claim answers records of, so ack.lua reads
+/// its record to acknowledge it; the others' claims recorded them done, and their
+/// acknowledgements read no record.) The fires acknowledged with it must be acknowledged, the victim forgotten
 /// and counted, and the partition must go on (before: the victim stayed in flight for
 /// ever, and every later acknowledgement call of the partition failed with it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,9 +135,10 @@ async fn a_fire_whose_acknowledgement_the_store_fails_on_is_forgotten_and_its_pa
         .map(|i| (format!("good-{i}"), first_due + i as i64))
         .collect();
     expected.insert("victim".into(), victim_due);
+    let large = "v".repeat(2_000);
     let cmds: Vec<_> = expected
         .iter()
-        .map(|(id, due)| once_at(id, *due, "x"))
+        .map(|(id, due)| once_at(id, *due, if id == "victim" { &large } else { "x" }))
         .collect();
     env.send_many(&cmds).await;
     let results = got.results(cmds.len(), Duration::from_secs(30)).await;

@@ -47,7 +47,16 @@ local function ack_line(line)
   gone[#gone + 1] = member
   local ver = tonumber(vs)
   local a, where = rec_raw(id)
-  if a and not reason and not a[REC_K] and a[REC_ST] == 1 and a[REC_V] == ver then
+  local t
+  if a and not a[REC_K] and a[REC_V] == ver and a[REC_ST] == REC_STATE_CODE.fired
+    and redis.call('ZSCORE', KEYS[2], member) then
+    -- Recorded done by its claim (rec_claimed; a fire re-driven after a take-over, or
+    -- dead-lettered): decided as a scheduled timer's, its last fire the one given here
+    -- (its counts moved at the claim: `_st0` stays fired).
+    t = rec_from_raw(id, a, where)
+    t.st, t.lx = 'scheduled', nil
+    a = nil
+  elseif a and not reason and not a[REC_K] and a[REC_ST] == 1 and a[REC_V] == ver then
     -- A one-shot timer delivered (the hot path): fired, without a field table.
     if a[REC_P] then
       dirty[#dirty + 1] = REC_TOMB
@@ -58,7 +67,7 @@ local function ack_line(line)
     rec_done_raw(id, rec_app_raw(a), a, where, 'fired', fire)
     a = nil
   end
-  local t = a and rec_get(id)
+  t = t or (a and rec_from_raw(id, a, where))
   if t and fire then
     rec_fire_push(t, fire)
   end

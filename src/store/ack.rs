@@ -1,11 +1,9 @@
-//! Acknowledging delivered fires: an [`Ack`] per fire, sent as a record swap
-//! (`swap.lua`, the one-shot fires whose record ktimer holds, [`super::done`]) or as a
-//! line `ack.lua` reads (everything else, and the swaps Redis answered back because the
-//! timer changed since its claim).
+//! Acknowledging delivered fires: an [`Ack`] per fire, sent to `landed.lua` (the one-shot
+//! fires their claim recorded as done, [`super::landed`]) or as a line `ack.lua` reads
+//! (everything else).
 
-use super::done::Swap;
+use super::landed::Landed;
 use super::{Store, StoreError};
-use std::collections::HashSet;
 
 /// The acknowledgement of one in-flight fire.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,8 +21,8 @@ pub enum Ack {
         /// Why it went to the dead-letter topic instead of its callback topic.
         dead: Option<String>,
     },
-    /// Produced, its done record built by ktimer.
-    Swap(Swap),
+    /// Produced, recorded as done by its claim.
+    Landed(Landed),
     /// Forgotten: its acknowledgement makes the store fail every time (a record no
     /// function can read). The member leaves the in-flight set and its timer the
     /// deferred and dirty sets; nothing else is touched (`ack.lua`).
@@ -36,7 +34,7 @@ impl Ack {
     pub fn member(&self) -> &str {
         match self {
             Ack::Dropped(m) | Ack::Forget(m) | Ack::Produced { member: m, .. } => m,
-            Ack::Swap(s) => &s.member,
+            Ack::Landed(l) => &l.member,
         }
     }
 
@@ -54,7 +52,7 @@ impl Ack {
                 attempt,
                 dead,
             } => (member, fired_ms, attempt, dead.as_deref()),
-            Ack::Swap(s) => (&s.member, &s.fired_ms, &s.attempt, None),
+            Ack::Landed(l) => (&l.member, &l.fired_ms, &l.attempt, None),
         };
         match dead {
             None => format!("{member}\t{fired_ms}\t{attempt}"),
@@ -66,25 +64,20 @@ impl Ack {
 impl Store {
     /// Acknowledges delivered fires of `partition`; returns how many were still in flight.
     pub async fn ack(&self, partition: i32, epoch: i64, acks: &[Ack]) -> Result<i64, StoreError> {
-        let swaps: Vec<&Swap> = acks
+        let landed: Vec<&Landed> = acks
             .iter()
             .filter_map(|a| match a {
-                Ack::Swap(s) => Some(s),
+                Ack::Landed(l) => Some(l),
                 _ => None,
             })
             .collect();
-        let (mut n, back) = if swaps.is_empty() {
-            (0, HashSet::new())
-        } else {
-            self.swap(partition, epoch, &swaps).await?
-        };
-        // Everything not swapped: the other acknowledgements and the swaps answered back.
+        let mut n = 0;
+        if !landed.is_empty() {
+            n += self.landed(partition, epoch, &landed).await?;
+        }
         let lines: Vec<String> = acks
             .iter()
-            .filter(|a| match a {
-                Ack::Swap(s) => back.contains(&s.member),
-                _ => true,
-            })
+            .filter(|a| !matches!(a, Ack::Landed(_)))
             .map(Ack::line)
             .collect();
         if !lines.is_empty() {
@@ -93,53 +86,30 @@ impl Store {
         Ok(n)
     }
 
-    /// Swaps the records of `swaps` (swap.lua): how many were in flight, and the members
-    /// answered back.
-    async fn swap(
+    /// Takes the fires of `landed` out of flight (landed.lua): how many were in flight.
+    async fn landed(
         &self,
         partition: i32,
         epoch: i64,
-        swaps: &[&Swap],
-    ) -> Result<(i64, HashSet<String>), StoreError> {
+        landed: &[&Landed],
+    ) -> Result<i64, StoreError> {
         let k = self.keys(partition);
-        let mut inv = self.scripts.swap.call();
+        let mut inv = self.scripts.landed.call();
         inv.key(k.epoch())
             .key(k.inflight())
             .key(k.dirty())
             .key(k.deferred())
             .key(k.acks())
-            .key(k.apps())
             .arg(epoch)
-            .arg(k.base())
-            .arg(self.retention_ms);
-        // Runs of fires of one application whose states were all written or all not: two
-        // values per run instead of per fire.
-        let same =
-            |a: &&Swap, b: &&Swap| (&a.application, a.written) == (&b.application, b.written);
-        for run in swaps.chunk_by(same) {
-            inv.arg(&run[0].application)
-                .arg(if run[0].written { "1" } else { "" })
-                .arg(run.len());
-            for s in run {
-                inv.arg(&s.member)
-                    .arg(&s.timer_id)
-                    .arg(&s.read)
-                    .arg(&s.done);
+            .arg(k.base());
+        // Runs of fires whose states were all written or all not: two values per run.
+        for run in landed.chunk_by(|a, b| a.written == b.written) {
+            inv.arg(if run[0].written { "1" } else { "" }).arg(run.len());
+            for l in run {
+                inv.arg(&l.member).arg(&l.timer_id);
             }
         }
-        let mut p = redis::pipe();
-        inv.add_to(&mut p);
-        let (reply,): (Vec<redis::Value>,) = self.run("swap", &p).await?;
-        let mut it = reply.into_iter();
-        let n = match it.next() {
-            Some(redis::Value::Int(n)) if n >= 0 => n,
-            Some(redis::Value::Int(_)) => return Err(StoreError::Fenced(partition)),
-            other => return Err(super::bad_reply(format!("swap: {other:?}"))),
-        };
-        let back = it
-            .map(|v| redis::from_redis_value::<String>(v).map_err(super::bad_reply))
-            .collect::<Result<_, _>>()?;
-        Ok((n, back))
+        self.counted("landed", partition, inv).await
     }
 
     /// Acknowledges fires by the lines ack.lua reads ([`Ack::line`]).

@@ -39,7 +39,8 @@
 --   current version, applied again, answers accepted again (and changes nothing);
 -- * a scheduled one-shot timer has exactly one member: its id in the slice of its due
 --   minute, or "version:due:id" in flight; cron members of older versions are dropped
---   lazily when their minute is claimed;
+--   lazily when their minute is claimed; one fired with its member in flight (its fire
+--   under way, rec_claimed) refuses every command but a fire, recording none of them;
 -- * the applied offset only grows; it is the highest offset of the batch once applied;
 -- * a timer belongs to the application that created it (field a): a command of another
 --   application is rejected and changes nothing;
@@ -200,6 +201,11 @@ local function apply_one(a)
       return 'duplicate', 'the timer is at version ' .. v .. ', newer than this command', t
     end
   end
+  if st == 'fired' and t.k ~= 'c' and t.due and rec_under_way(KEYS[4], id, v, t.due) then
+    -- Its fire was claimed (recorded done, rec_claimed) and will be delivered; until it
+    -- lands its record is the fire path's (this is no history entry).
+    return 'rejected', 'the timer is firing: its fire is under way; send again once delivered', t, true
+  end
   local live = st == 'scheduled' or st == 'paused'
   if op == 'create' then
     if live then
@@ -323,8 +329,8 @@ while a <= #ARGV do
   deferred = false
   paced_app = ARGV[a + 10] == '1' and ARGV[a + 8] or nil
   local id = ARGV[a + 2]
-  local code, reason, t = apply_one(a)
-  if code == 'rejected' and t and t.a == ARGV[a + 8] then
+  local code, reason, t, unrecorded = apply_one(a)
+  if code == 'rejected' and t and not unrecorded and t.a == ARGV[a + 8] then
     rec_hist_push(t, entry(a, 'rejected', reason))
     rec_put(id, t)
     if last[id] then

@@ -81,6 +81,16 @@ if #beyond > 0 then
 end
 
 rec_init(ARGV[2], 0)
+-- Raw record `a` of timer `id` as a checkpoint reads it: a one-shot fire under way
+-- (recorded done by its claim, rec_claimed, not yet acknowledged) reads as its timer
+-- before the claim, scheduled, so no state says done before the fire is acknowledged.
+local function before_claim(id, a)
+  if a and a[REC_ST] == REC_STATE_CODE.fired and not a[REC_K]
+    and rec_under_way(KEYS[5], id, a[REC_V], a[REC_DUE]) then
+    a[REC_ST], a[REC_LX] = REC_STATE_CODE.scheduled, nil
+  end
+  return a
+end
 -- The deferred timers that hold the reflected offset back (the first by offset), up to
 -- the first one rightly deferred: one still scheduled past due and grace is stuck
 -- (claimed, never acknowledged: written now); one no longer scheduled owes nothing to
@@ -91,7 +101,8 @@ rec_init(ARGV[2], 0)
 local stuck = through - grace
 local lowest = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')
 for i = 1, #lowest, 2 do
-  local id, a = lowest[i], rec_raw(lowest[i])
+  local id = lowest[i]
+  local a = before_claim(id, rec_raw(id))
   local live = a and a[REC_ST] == 1 and not a[REC_K]
   if live and a[REC_DUE] > stuck then
     break
@@ -119,7 +130,7 @@ local function done_head(s)
   return nil
 end
 
--- Whether timer `id`'s own key holds a done record, read from its first bytes (the
+-- Whether timer `id`'s own key holds a done record but fired, read from its first bytes (the
 -- array's header, v, st: record.lua's first positions), not the whole record. (The
 -- numbers go to redis.call as strings: Lua formats a number with a printf.)
 assert(REC_V == 1 and REC_ST == 2)
@@ -136,7 +147,8 @@ local function done_at_head(id)
   local w = (v < 0x80 and 1) or (v == 0xcc and 2) or (v == 0xcd and 3) or (v == 0xce and 5)
     or (v == 0xcf and 9)
   local code = w and string.byte(h, o + w)
-  return code ~= nil and REC_TERMINAL[REC_STATES[code]] == true
+  -- (Fired: perhaps a fire under way, read whole.)
+  return code ~= nil and code ~= REC_STATE_CODE.fired and REC_TERMINAL[REC_STATES[code]] == true
 end
 
 -- Each timer is read once: the read decides whether it is deferred and is what the page
@@ -164,7 +176,8 @@ end
 -- A page whose records were not confirmed is answered again first.
 local leftover = redis.call('SMEMBERS', KEYS[3])
 for _, id in ipairs(leftover) do
-  answer(id, rec_get(id))
+  local a, where = rec_raw(id)
+  answer(id, rec_from_raw(id, before_claim(id, a), where))
 end
 
 -- Moves a page of the dirty set to the pending set, deferring timers due soon.
@@ -207,8 +220,9 @@ if want > 0 then
       local own = redis.call('GET', REC.base .. 't:' .. id) or false
       local st, p = done_head(own)
       local t = false
-      if not st then
+      if not st or st == 'fired' then
         local a, where = rec_raw(id, own)
+        a = before_claim(id, a)
         st, p = a and (REC_STATES[a[REC_ST]] or a[REC_ST]), a and a[REC_P]
         t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where)
       end

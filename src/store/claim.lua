@@ -14,9 +14,10 @@
 -- vanished, full, n, k, member, definition, record, ..., then n pairs of application
 -- and parked members due left, then k pairs of definition prefix number and prefix},
 -- or {'fenced'}; a member is the in-flight member "version:due:id"; `record` is the
--- packed record of a one-shot timer as read from its own key, up to SWAP_MAX bytes (''
--- for others: src/store/done.rs acknowledges a fire by swapping it for its done form);
--- with a record, `definition` is '': the definition is the record's (src/store/record.rs),
+-- packed record of a one-shot timer as read from its own key, up to SWAP_MAX bytes, and
+-- says the claim recorded the fire as done (rec_claimed, place.lua: the acknowledgement
+-- only takes it out of flight, swap.lua); '' for others (ack.lua decides); with a
+-- record, `definition` is '': the definition is the record's (src/store/record.rs),
 -- its prefix among the k pairs, so Redis neither joins nor sends it a second time;
 -- `vanished` counts slice members whose timer record was gone (evicted, or deleted
 -- outside ktimer): lost fires; `full` is '1' when the claim stopped at its limits.
@@ -43,10 +44,10 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
 rec_init(ARGV[5], ARGV[8], KEYS[7])
--- The largest record answered for a swap: a larger one (a large payload) would be held
--- beside its definition and sent to Redis twice; ack.lua decodes it in Redis instead.
+-- The largest record answered (and recorded done at the claim): a larger one (a large
+-- payload) would be held beside its definition and sent back; ack.lua decides for it.
 local SWAP_MAX = 1024
-local upto = tonumber(ARGV[2])
+local upto, now = tonumber(ARGV[2]), tonumber(ARGV[7])
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
 -- Set while parked members are taken: a parked cron occurrence was on time when it was
@@ -139,13 +140,6 @@ local function cron_take(t, due, id)
   return take
 end
 
--- The lean take of one-shot member `member` of minute `m` whose own key holds `s` (the
--- hot path: no application paced, no replay fence): reads the first five fields of the
--- record (v, st, rq, k, due) and the number of its definition's prefix, not the whole
--- record. Answers what take answers (the definition is the record's: ''), or false when
--- the full take decides (no own key, a record over SWAP_MAX, not a fixed-size array).
-assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6 and REC_D == 7)
-
 -- The in-flight member of one-shot timer `id` at version `v`, due `due` (numbers), and
 -- its in-flight score (the due as a string, cut out of the member: each integer
 -- formatted costs a printf, and a slice read with its scores one more per member).
@@ -154,9 +148,22 @@ local function one_shot_flight(v, due, id)
   return f, string.sub(f, string.find(f, ':', 1, true) + 1, #f - #id - 1)
 end
 
-local function take_lean(member, m, s)
+-- Fires recorded done per application (their counts move once per application), and the
+-- application of each definition prefix met (number to name).
+local claimed_n, app_by_dp = {}, {}
+
+-- The lean take of one-shot member `member` of minute `m` whose own key holds `s` (the
+-- hot path: no application paced, no replay fence): reads the record's first six fields
+-- and its definition's prefix number, and records the fire as done by rewriting the
+-- record's bytes: what rec_claimed writes, without decoding or packing the record.
+-- Answers what take answers (the definition is the record's: ''), nil when it does not
+-- fire, or false when the full take decides (no own key, a record over SWAP_MAX or with
+-- a last fire, a definition without a prefix).
+assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6
+  and REC_D == 7 and REC_LX == 10)
+local function take_lean(member, m, key, s)
   local head = s and string.byte(s, 1)
-  if not s or #s > SWAP_MAX or head < 0x90 or head > 0x9f then
+  if not s or #s > SWAP_MAX or head < 0x97 or head > 0x99 then
     return false
   end
   -- (unpack_limit: objects from a 0-based offset; answers the offset after them, or -1.)
@@ -164,14 +171,25 @@ local function take_lean(member, m, s)
   if not (st == 1 and not k and due and due <= upto and math.floor(due / 60000) == m) then
     return nil
   end
-  if o > 0 then
-    -- Past `a`: `d` is [N, rest] (a fixed array of 2) or the whole definition.
-    o = cmsgpack.unpack_limit(s, 1, o)
-    if o > 0 and string.byte(s, o + 1) == 0x92 then
-      local _, n = cmsgpack.unpack_limit(s, 1, o + 1)
-      prefixes[n] = true
-    end
+  local od, app = cmsgpack.unpack_limit(s, 1, o)
+  if od < 0 or string.byte(s, od + 1) ~= 0x92 then
+    return false
   end
+  local _, n = cmsgpack.unpack_limit(s, 1, od + 1)
+  prefixes[n] = true
+  if not app then
+    app = app_by_dp[n] or rec_app_of(rec_dp_prefix(n))
+    app_by_dp[n] = app
+  end
+  claimed_n[app] = (claimed_n[app] or 0) + 1
+  -- v's width (a positive fixint, or a uint of 1, 2, 4 or 8 bytes after its marker) puts
+  -- the state (1 byte) at `at`; missing fields up to the last fire are false (0xc2).
+  local b = string.byte(s, 2)
+  local at = 3 + ((b < 0x80 and 0) or (b == 0xcc and 1) or (b == 0xcd and 2) or (b == 0xce and 4) or 8)
+  local lx = cmsgpack.pack({HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered})
+  local done = '\154' .. string.sub(s, 2, at - 1) .. '\3' .. string.sub(s, at + 1)
+    .. string.rep('\194', 0x99 - head) .. string.char(0xa0 + #lx) .. lx
+  redis.call('SET', key, done, 'PX', REC.retention)
   local f, score = one_shot_flight(v, due, member)
   return f, '', s, score
 end
@@ -182,11 +200,12 @@ end
 -- parked set; nil: read from a slice).
 local function take(member, m, score)
   if string.byte(member, 1) ~= 1 then
-    -- A one-shot timer: read raw (the hot path), its own key once.
+    -- A one-shot timer: read raw, its own key once.
     local own
     if not pacing and not fence_a then
-      own = redis.call('GET', REC.base .. 't:' .. member)
-      local f, def, rec, fscore = take_lean(member, m, own)
+      local key = REC.base .. 't:' .. member
+      own = redis.call('GET', key)
+      local f, def, rec, fscore = take_lean(member, m, key, own)
       if f ~= false then
         return f, def, rec, fscore
       end
@@ -215,11 +234,13 @@ local function take(member, m, score)
       if app then
         took(app)
       end
-      if s and #s <= SWAP_MAX then
+      -- Recorded done now (a parked fire, which may wait for its pace, stays scheduled).
+      if s and #s <= SWAP_MAX and not from_park then
         local d = a[REC_D]
         if type(d) == 'table' then
           prefixes[d[1]] = true
         end
+        rec_claimed(member, a, due, now)
         return f, '', s, fscore
       end
       return f, rec_def(a[REC_D]), '', fscore
@@ -370,6 +391,9 @@ for i = 1, 257 do
     break
   end
   redis.call('ZREM', KEYS[2], first[1])
+end
+for app, k in pairs(claimed_n) do
+  rec_tally(app, 'scheduled', 'fired', k)
 end
 rec_flush()
 out[2] = tostring(vanished)

@@ -32,7 +32,7 @@
 //!
 //! One file per script family: [`apply`] (commands and offset marks; runs of new one-shot
 //! timers by `create.lua`, the rest by `apply.lua`), [`fires`] (claim,
-//! recover), [`ack`] (acknowledge: a record swap built in [`done`], else `ack.lua`), [`cron`] (the migrator's window), [`epoch`] (ownership),
+//! recover), [`ack`] (acknowledge: fires their claim recorded as done by `landed.lua`, [`landed`], else `ack.lua`), [`cron`] (the migrator's window), [`epoch`] (ownership),
 //! [`state`] (checkpoints and restoring from the state topic), [`view`] (the admin
 //! port's typed look-up, with [`history`]) and [`list`] (its listing and counts). The
 //! scripts are in `src/store/*.lua`, one Redis Functions library ([`scripts`]) loaded
@@ -42,7 +42,7 @@ mod ack;
 mod apply;
 pub mod conn;
 mod cron;
-mod done;
+mod landed;
 mod epoch;
 mod fires;
 mod fresh;
@@ -60,7 +60,7 @@ mod view;
 pub use ack::Ack;
 pub use apply::{ApplyResult, Mark, Written};
 pub use cron::CronDue;
-pub use done::{swap, Swap};
+pub use landed::{landed, Landed};
 pub use epoch::PartitionState;
 pub use fires::ClaimWindow;
 pub use fresh::FreshState;

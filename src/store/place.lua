@@ -100,6 +100,24 @@ local function rec_done_raw(id, app, a, where, st, fire)
   redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
 end
 
+-- The fire of one-shot timer `id` (raw record `a`, from its own key), due `due` ms, was
+-- claimed at `now` ms: its record becomes done (fired, its last fire released at
+-- max(due, now), attempt 1) now, while the claim holds its key, so the acknowledgement
+-- only takes it out of flight (swap.lua). Until then the fire is under way: it is
+-- delivered whatever comes (a take-over re-drives it, recover.lua), commands are refused
+-- (apply.lua) and a checkpoint reads the timer as it was before the claim (checkpoint.lua).
+local function rec_claimed(id, a, due, now)
+  rec_done_raw(id, rec_app_raw(a), a, 'own', 'fired',
+    {HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered})
+end
+
+-- Whether one-shot timer `id` at version `v` has its fire due `due` claimed and not yet
+-- acknowledged (`inflight`: the partition's in-flight set): a done record then tells of
+-- a fire under way (rec_claimed).
+local function rec_under_way(inflight, id, v, due)
+  return redis.call('ZSCORE', inflight, string.format('%d:%d:%s', v, due, id)) ~= false
+end
+
 -- The fields of timer `id` from what rec_raw answered for it (nil when Redis has none).
 -- Marks: `_own` (a live timer's own key), `_done` (a done timer's key), `_bucket` (a
 -- bucket field, due in minute `_m`).

@@ -9,15 +9,9 @@
 
 use std::collections::HashMap;
 
-/// Positions in record.lua's packed array (`REC_V`, `REC_ST`, `REC_K`, `REC_A`, `REC_D`,
-/// `REC_P`, `REC_LX`, 0-based).
-pub(super) const V: usize = 0;
-pub(super) const ST: usize = 1;
-pub(super) const K: usize = 3;
-pub(super) const A: usize = 5;
+/// Positions in record.lua's packed array (`REC_D`, `REC_P`, 0-based).
 pub(super) const D: usize = 6;
 pub(super) const P: usize = 7;
-pub(super) const LX: usize = 9;
 
 /// Definition prefixes by number, as a claim answers the ones its records use.
 pub(super) type Prefixes = HashMap<u64, Vec<u8>>;

@@ -1,6 +1,6 @@
 -- Takes over in-flight fires of a partition (claimed, not yet acknowledged), one page of
--- members read with ZSCAN, so an owner re-drives them; drops those whose timer was
--- paused, cancelled or changed meanwhile, and missed cron occurrences the timer's
+-- members read with ZSCAN, so an owner re-drives them (a one-shot fire the claim recorded
+-- as done too); drops those whose timer was paused, cancelled or changed meanwhile, and missed cron occurrences the timer's
 -- misfire policy drops (misfire.lua, prepended). Members no longer in flight (acknowledged
 -- since the scan) are skipped.
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 live timers per application
@@ -21,8 +21,10 @@ for i = 6, #ARGV do
     local due = string.sub(member, c1 + 1, c2 - 1)
     local id = string.sub(member, c2 + 1)
     local t = rec_get(id)
-    -- 'completed': the last fire of a cron timer was acknowledged before earlier ones.
-    local keep = t and t.v == string.sub(member, 1, c1 - 1) and (t.st == 'scheduled' or t.st == 'completed')
+    -- 'completed': the last fire of a cron timer was acknowledged before earlier ones;
+    -- 'fired' (a one-shot timer): recorded done by its claim (rec_claimed, place.lua).
+    local keep = t and t.v == string.sub(member, 1, c1 - 1) and (t.st == 'scheduled'
+      or t.st == 'completed' or (t.st == 'fired' and t.k ~= 'c'))
     -- An extra fire (FIRE_NOW, a negative version) is re-driven whatever the state.
     local extra = t and string.byte(member, 1) == 45
     if extra then

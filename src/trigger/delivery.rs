@@ -44,15 +44,15 @@ pub(super) fn next(
     Next::Retry(b.delay(attempt.max(1) as u32))
 }
 
-/// The acknowledgement of a fire produced (see [`Ack`]): a record swap when the claim
-/// read its record and it is a scheduled one-shot one, else what `ack.lua` decides from;
-/// to the dead-letter topic because of `dead`.
+/// The acknowledgement of a fire produced (see [`Ack`]): out of flight alone when its
+/// claim answered its record (it recorded the fire as done), else what `ack.lua` decides
+/// from; to the dead-letter topic because of `dead`.
 fn produced_ack(mut p: Pending, dead: Option<&str>) -> Ack {
-    let swap = match (dead, p.fire.record.take()) {
-        (None, Some(read)) => store::swap(&p.fire, read, p.fired_ms, p.attempt),
+    let landed = match (dead, p.fire.record.take()) {
+        (None, Some(read)) => store::landed(&p.fire, &read, p.fired_ms, p.attempt),
         _ => None,
     };
-    swap.map(Ack::Swap).unwrap_or_else(|| Ack::Produced {
+    landed.map(Ack::Landed).unwrap_or_else(|| Ack::Produced {
         member: p.fire.member,
         fired_ms: p.fired_ms,
         attempt: p.attempt,
@@ -247,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn a_produced_fire_with_its_record_is_acknowledged_by_a_swap() {
+    fn a_produced_fire_with_its_record_lands_without_ack_lua() {
         let fire = crate::timer::Fire {
             member: "1:5:t".into(),
             timer_id: "t".into(),
@@ -264,7 +264,7 @@ mod tests {
             paced: false,
             fired_ms: 9,
         };
-        assert!(matches!(produced_ack(p.clone(), None), Ack::Swap(_)));
+        assert!(matches!(produced_ack(p.clone(), None), Ack::Landed(_)));
         let dead = produced_ack(p.clone(), Some("too large"));
         assert_eq!(dead.line(), "!1:5:t\t9\t2\ntoo large");
         p.fire.record = None;

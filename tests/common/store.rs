@@ -1,5 +1,5 @@
 //! A store on its own key prefix with partition 0 acquired, and the time as an argument:
-//! the harness of the store-level tests (`store.rs`, `state.rs`, `create.rs`, `swap.rs`),
+//! the harness of the store-level tests (`store.rs`, `state.rs`, `create.rs`, `landed.rs`),
 //! and what they read back: records as record.lua reads them, the fire bookkeeping, a
 //! checkpoint page's timers; the commands they apply.
 

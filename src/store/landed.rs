@@ -1,0 +1,82 @@
+//! The lean acknowledgement of a delivered one-shot fire whose claim recorded it as done
+//! (`claim.lua` answered the record it read; `rec_claimed`, place.lua, wrote the done
+//! record while it held the key): the fire leaves the in-flight set, and its timer the
+//! deferred set, or enters the dirty set owing a tombstone when a state of it was written
+//! (`landed.lua`). No timer's key is read or written, nothing is decoded in Redis.
+//!
+//! Invariant: the claim answers a one-shot fire's record exactly when it recorded the fire
+//! as done; every other fire is acknowledged through `ack.lua`, which decides from the
+//! record (also for a fire the claim recorded, re-driven or dead-lettered: its last fire
+//! then becomes the one given).
+
+use super::record::{items, P};
+use crate::timer::Fire;
+
+/// A delivered one-shot fire the claim recorded as done (`landed.lua`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Landed {
+    /// The in-flight member.
+    pub member: String,
+    /// The timer id.
+    pub timer_id: String,
+    /// Whether a state of the timer was written (it owes a tombstone).
+    pub written: bool,
+    /// When it was produced, Unix epoch ms (for `ack.lua`, should it decide instead).
+    pub fired_ms: i64,
+    /// In which delivery attempt.
+    pub attempt: i32,
+}
+
+/// The lean acknowledgement of `fire`, produced at `fired_ms` in attempt `attempt`, whose
+/// claim answered record `read`; `None` when `read` is not a packed record.
+pub fn landed(fire: &Fire, read: &[u8], fired_ms: i64, attempt: i32) -> Option<Landed> {
+    let items = items(read)?;
+    Some(Landed {
+        member: fire.member.clone(),
+        timer_id: fire.timer_id.clone(),
+        written: items.get(P).is_some_and(|b| b[..] != [0xc2]),
+        fired_ms,
+        attempt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fire() -> Fire {
+        Fire {
+            member: "7:5000:t".into(),
+            timer_id: "t".into(),
+            version: 7,
+            due_ms: 5000,
+            def: Default::default(),
+            record: None,
+        }
+    }
+
+    /// [v, st, rq, k, due, a, d, p, h] as record.lua packs a one-shot timer, `p` given.
+    fn record(p: u8) -> Vec<u8> {
+        let mut r = vec![
+            0x99, 7, 1, 0xc3, 0xc2, 0xcd, 0x13, 0x88, 0xc2, 0xa2, b'd', 0xff,
+        ];
+        r.extend([p, 0xa1, b'h']);
+        r
+    }
+
+    #[test]
+    fn a_fire_owes_a_tombstone_when_a_state_of_its_timer_was_written() {
+        let l = landed(&fire(), &record(0xc2), 9000, 2).unwrap();
+        assert_eq!((l.member.as_str(), l.timer_id.as_str()), ("7:5000:t", "t"));
+        assert_eq!((l.written, l.fired_ms, l.attempt), (false, 9000, 2));
+        assert!(landed(&fire(), &record(0xa1), 9000, 1).unwrap().written);
+        let short = [0x95, 7, 1, 0xc3, 0xc2, 5];
+        assert!(!landed(&fire(), &short, 9000, 1).unwrap().written);
+    }
+
+    #[test]
+    fn what_is_not_a_record_is_left_to_ack_lua() {
+        assert!(landed(&fire(), b"\x91", 9000, 1).is_none(), "truncated");
+        assert!(landed(&fire(), b"", 9000, 1).is_none(), "empty");
+    }
+}
