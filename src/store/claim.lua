@@ -16,7 +16,7 @@
 -- or {'fenced'}; a member is the in-flight member "version:due:id"; `record` is the
 -- packed record of a one-shot timer as read from its own key, up to SWAP_MAX bytes, and
 -- says the claim recorded the fire as done (rec_claimed, place.lua: the acknowledgement
--- only takes it out of flight, swap.lua); '' for others (ack.lua decides); with a
+-- only takes it out of flight, landed.lua); '' for others (ack.lua decides); with a
 -- record, `definition` is '': the definition is the record's (src/store/record.rs),
 -- its prefix among the k pairs, so Redis neither joins nor sends it a second time;
 -- `vanished` counts slice members whose timer record was gone (evicted, or deleted
@@ -152,13 +152,12 @@ end
 -- application of each definition prefix met (number to name).
 local claimed_n, app_by_dp = {}, {}
 
--- The lean take of one-shot member `member` of minute `m` whose own key holds `s` (the
--- hot path: no application paced, no replay fence): reads the record's first six fields
--- and its definition's prefix number, and records the fire as done by rewriting the
--- record's bytes: what rec_claimed writes, without decoding or packing the record.
--- Answers what take answers (the definition is the record's: ''), nil when it does not
--- fire, or false when the full take decides (no own key, a record over SWAP_MAX or with
--- a last fire, a definition without a prefix).
+-- The lean take of one-shot member `member` of minute `m` whose own key `key` holds `s`
+-- (the hot path: no application paced, no replay fence): reads the record's first six
+-- fields and its definition's prefix number, and records the fire as done from the
+-- record's bytes (rec_claimed_bytes). Answers what take answers (the definition is the
+-- record's: ''), nil when it does not fire, or false when the full take decides (no own
+-- key, a record over SWAP_MAX or with a last fire, a definition without a prefix).
 assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6
   and REC_D == 7 and REC_LX == 10)
 local function take_lean(member, m, key, s)
@@ -182,14 +181,7 @@ local function take_lean(member, m, key, s)
     app_by_dp[n] = app
   end
   claimed_n[app] = (claimed_n[app] or 0) + 1
-  -- v's width (a positive fixint, or a uint of 1, 2, 4 or 8 bytes after its marker) puts
-  -- the state (1 byte) at `at`; missing fields up to the last fire are false (0xc2).
-  local b = string.byte(s, 2)
-  local at = 3 + ((b < 0x80 and 0) or (b == 0xcc and 1) or (b == 0xcd and 2) or (b == 0xce and 4) or 8)
-  local lx = cmsgpack.pack({HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered})
-  local done = '\154' .. string.sub(s, 2, at - 1) .. '\3' .. string.sub(s, at + 1)
-    .. string.rep('\194', 0x99 - head) .. string.char(0xa0 + #lx) .. lx
-  redis.call('SET', key, done, 'PX', REC.retention)
+  redis.call('SET', key, rec_claimed_bytes(s, due, now), 'PX', REC.retention)
   local f, score = one_shot_flight(v, due, member)
   return f, '', s, score
 end
@@ -372,26 +364,7 @@ end
 for i = 1, #flight, 1000 do
   redis.call('ZADD', KEYS[3], unpack(flight, i, math.min(i + 999, #flight)))
 end
--- The next due time: the first member of the first non-empty slice. Commands remove
--- the entries of the slices they empty, so empty entries are rare; should more than a
--- bounded number lead, the answer is 'look again now' rather than 'nothing is due'.
-local next_due = ''
-for i = 1, 257 do
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0)
-  if #first == 0 then
-    break
-  end
-  if i == 257 then
-    next_due = ARGV[2]
-    break
-  end
-  local head = redis.call('ZRANGE', ARGV[4] .. first[1], 0, 0, 'WITHSCORES')
-  if #head > 0 then
-    next_due = head[2]
-    break
-  end
-  redis.call('ZREM', KEYS[2], first[1])
-end
+local next_due = rec_slice_next(KEYS[2], ARGV[4], ARGV[2])
 for app, k in pairs(claimed_n) do
   rec_tally(app, 'scheduled', 'fired', k)
 end

@@ -60,6 +60,26 @@ local function rec_slice_add(prefix, index, d, nd, member)
   end
 end
 
+-- The due time (a string) of the first member of the first non-empty slice (slice index
+-- `index`, slice key `prefix` .. minute), or '' when none; drops the index entries of
+-- empty slices it meets. Commands remove the entries of the slices they empty, so empty
+-- entries are rare; should more than a bounded number lead, it answers `upto` (the
+-- claim's bound: 'look again now') rather than 'nothing is due'. (claim.lua.)
+local function rec_slice_next(index, prefix, upto)
+  for _ = 1, 256 do
+    local first = redis.call('ZRANGE', index, 0, 0)
+    if #first == 0 then
+      return ''
+    end
+    local head = redis.call('ZRANGE', prefix .. first[1], 0, 0, 'WITHSCORES')
+    if #head > 0 then
+      return head[2]
+    end
+    redis.call('ZREM', index, first[1])
+  end
+  return redis.call('ZCARD', index) > 0 and upto or ''
+end
+
 -- The fire path's fast read of timer `id`: its packed array (positions above; the state
 -- as its code, a one-shot kind as false) and where it is ('own' or 'bucket'); nil when
 -- Redis has no record of it. No field table is built. From its own key, the packed
@@ -109,6 +129,20 @@ end
 local function rec_claimed(id, a, due, now)
   rec_done_raw(id, rec_app_raw(a), a, 'own', 'fired',
     {HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered})
+end
+
+-- What rec_claimed writes, from packed record `s` of a scheduled one-shot timer of 7 to
+-- 9 fields (no last fire yet) without decoding it (the claim's hot path, claim.lua;
+-- tests/landed.rs holds the two equal): the state byte set to fired (v's width, a
+-- positive fixint or a uint of 1, 2, 4 or 8 bytes after its marker, puts it at `at`),
+-- the fields missing up to the last fire false (0xc2), the fire as the last fire.
+-- (Positions asserted by claim.lua: a library's top level has no assert.)
+local function rec_claimed_bytes(s, due, now)
+  local b = string.byte(s, 2)
+  local at = 3 + ((b < 0x80 and 0) or (b == 0xcc and 1) or (b == 0xcd and 2) or (b == 0xce and 4) or 8)
+  local lx = cmsgpack.pack({HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered})
+  return '\154' .. string.sub(s, 2, at - 1) .. '\3' .. string.sub(s, at + 1)
+    .. string.rep('\194', 0x99 - string.byte(s, 1)) .. string.char(0xa0 + #lx) .. lx
 end
 
 -- Whether one-shot timer `id` at version `v` has its fire due `due` claimed and not yet
