@@ -7,8 +7,8 @@ given through one timer's life, as ktimer would: creates (the new one-shot timer
 packed as src/store/fresh.rs packs it, calls of 100; through apply.lua, and through
 create.lua too where the revision has it: a line for each), the promotion to
 their own keys (promote.lua), the claim (claim.lua, calls of up to 2,000 fires) and the
-acknowledgement by swaps (swap.lua, calls of 500: --swap-calls). Prints Redis
-instructions per create, per promoted timer, per claimed fire and per swapped fire. A
+acknowledgement (landed.lua, or swap.lua before it; calls of 500: --swap-calls). Prints
+Redis instructions per create, per promoted timer, per claimed and per acknowledged fire. A
 second line per revision ('written') drives timers due beyond the deferral window, whose
 states the intake writes (the confirmations, written.lua: 'state' per timer) and whose
 tombstones checkpoint pages of 500 answer after the swaps (checkpoint.lua, each confirmed
@@ -52,10 +52,18 @@ def scripts(rev):
     with_prelude = lambda name: "".join(source(rev, p) for p in PRELUDE) + source(rev, name)
     writing = source(rev, "writing.lua")
     out = {"apply": writing + with_prelude("apply.lua"), "promote": with_prelude("promote.lua"),
-           "claim": with_prelude("claim.lua"), "swap": with_prelude("swap.lua"),
+           "claim": with_prelude("claim.lua"),
            "checkpoint": writing + with_prelude("checkpoint.lua"),
            "checkpointed": source(rev, "checkpointed.lua"),
            "written": writing + source(rev, "written.lua")}
+    # The lean acknowledgement: landed.lua (the claim recorded the fire done), or before
+    # it swap.lua (ktimer built the done record, Redis compared and stored it).
+    for ack in ["landed", "swap"]:
+        try:
+            out[ack] = with_prelude(ack + ".lua")
+            break
+        except subprocess.CalledProcessError:
+            pass
     try:
         out["create"] = with_prelude("create.lua")
     except subprocess.CalledProcessError:
@@ -257,8 +265,16 @@ def life(c, sha, timers, written=False, swap_call=500):
     out["claim"] = c.mark()
     if len(fires) != timers:
         sys.exit(f"lua-cost: {len(fires)} of {timers} timers claimed")
-    grouped = "the number of fires n" in sha["swap_src"]
-    for first in range(0, len(fires), swap_call):
+    if "landed" in sha:
+        for first in range(0, len(fires), swap_call):
+            batch = fires[first:first + swap_call]
+            args = [EPOCH, B, "1" if written else "", len(batch)]
+            for member, _ in batch:
+                args += [member, member.split(b":", 2)[2]]
+            call(r, sha["landed"], 5, *keys(["epoch", "inflight", "dirty", "deferred:off",
+                                              "acks"]), *args)
+    grouped = "the number of fires n" in sha.get("swap_src", "")
+    for first in range(0, len(fires) if "swap" in sha else 0, swap_call):
         args = [EPOCH, B, 86_400_000]
         if grouped:  # (one run: one application, states all written or all not)
             args += ["default", "1" if written else "", len(fires[first:first + swap_call])]
@@ -271,7 +287,7 @@ def life(c, sha, timers, written=False, swap_call=500):
             args += [member, tid, read, done] + ([] if grouped else ["default", ""])
         call(r, sha["swap"], 6, *keys(["epoch", "inflight", "dirty", "deferred:off", "acks",
                                          "apps"]), *args)
-    out["swap"] = c.mark()
+    out["ack"] = c.mark()
     if r.zcard(B + "inflight") != 0:
         sys.exit("lua-cost: fires left in flight after the swaps")
     if written:
@@ -294,12 +310,13 @@ def main():
     c = Counted(work)
     try:
         print(f"Redis instructions per operation, {a.timers} one-shot timers (callgrind):")
-        cols = ["create", "promote", "claim", "swap", "state", "tomb"]
+        cols = ["create", "promote", "claim", "ack", "state", "tomb"]
         print(f"{'revision':<40}" + "".join(f"{k:>10}" for k in cols))
         for i, rev in enumerate(a.revs):
             sha = handles(c.r, rev, i)
             sha["compact"] = "the number of cron values that follow" in source(rev, "apply.lua")
-            sha["swap_src"] = source(rev, "swap.lua")
+            if "swap" in sha:
+                sha["swap_src"] = source(rev, "swap.lua")
             sha["whole"] = "the number k of definition prefixes" in (
                 source(rev, "create.lua") if "create" in sha else "")
             for via in ["apply", "create"] if "create" in sha else ["apply"]:

@@ -71,7 +71,9 @@ async fn a_landed_fire_leaves_what_ack_lua_leaves() {
         let (a, b) = (lean.claim(due, due).await, by_lua.claim(due, due).await);
         assert_eq!((a.fires.len(), b.fires.len()), (2, 2));
         for w in [&mut lean, &mut by_lua] {
-            let r = w.apply(op_of("app", CommandKind::Cancel, ids[1]), due + 1).await;
+            let r = w
+                .apply(op_of("app", CommandKind::Cancel, ids[1]), due + 1)
+                .await;
             assert_eq!(r.outcome, ApplyOutcome::Rejected, "{}", ids[1]);
             assert!(r.reason.contains("under way"), "{}", r.reason);
         }
@@ -94,7 +96,11 @@ async fn a_landed_fire_leaves_what_ack_lua_leaves() {
         assert_eq!(bookkeeping(&lean).await, bookkeeping(&by_lua).await);
     }
     let fired = lean.store.timer(0, "b").await.unwrap().expect("b");
-    assert_eq!(fired.state, Some(TimerState::Fired), "the refused cancel left it");
+    assert_eq!(
+        fired.state,
+        Some(TimerState::Fired),
+        "the refused cancel left it"
+    );
 }
 
 /// One landed.lua call with fires of two applications, states written and not, in turns
@@ -116,10 +122,17 @@ async fn one_landed_call_of_several_applications_leaves_what_ack_lua_leaves() {
         }
         while w.store.promote(0, w.epoch, later, 100).await.unwrap() {}
     }
-    let (a, b) = (lean.claim(later, later).await, by_lua.claim(later, later).await);
+    let (a, b) = (
+        lean.claim(later, later).await,
+        by_lua.claim(later, later).await,
+    );
     assert_eq!((a.fires.len(), b.fires.len()), (5, 5));
-    let n_lean = (lean.store).ack(0, lean.epoch, &landed(&a, later + 2)).await;
-    let n_lua = (by_lua.store).ack(0, by_lua.epoch, &produced(&b.fires, later)).await;
+    let n_lean = (lean.store)
+        .ack(0, lean.epoch, &landed(&a, later + 2))
+        .await;
+    let n_lua = (by_lua.store)
+        .ack(0, by_lua.epoch, &produced(&b.fires, later))
+        .await;
     assert_eq!((n_lean.unwrap(), n_lua.unwrap()), (5, 5));
     for (id, _, _) in timers {
         let (s, l) = (stored_bytes(&lean, id), stored_bytes(&by_lua, id));
@@ -179,7 +192,10 @@ async fn a_fire_under_way_refuses_commands_and_a_take_over_re_drives_it() {
     assert_eq!(t.state, Some(TimerState::Fired));
     let last = format!("{:?}", t.last_fire.expect("a last fire"));
     let want = format!("fired_ms: {}", due + 20);
-    assert!(last.contains(&want) && last.contains("attempt: 2"), "{last}");
+    assert!(
+        last.contains(&want) && last.contains("attempt: 2"),
+        "{last}"
+    );
     assert!(bookkeeping(&w).await[4].is_empty(), "nothing in flight");
     let r = w.apply(once_of("app", "t", due + 60_000), due + 30).await;
     assert_eq!(r.outcome, ApplyOutcome::Accepted, "{}", r.reason);
@@ -198,22 +214,40 @@ async fn a_checkpoint_reads_a_fire_under_way_as_its_timer_before_the_claim() {
     assert_eq!(page_ids(&page(&w, T0 + 100).await), [("w", true)]);
     let mut update = once_of("app", "w", due);
     update.kind = CommandKind::Update;
-    assert_eq!(w.apply(update, T0 + 200).await.outcome, ApplyOutcome::Accepted);
+    assert_eq!(
+        w.apply(update, T0 + 200).await.outcome,
+        ApplyOutcome::Accepted
+    );
     let deferred = w.apply(once_of("app", "d", due), due - 3_000).await;
     assert_eq!(deferred.outcome, ApplyOutcome::Accepted);
     let claimed = claim(&w, due, due).await;
     assert_eq!(claimed.fires.len(), 2);
 
     let under_way = page(&w, due + 1).await;
-    assert_eq!(page_ids(&under_way), [("w", true)], "its state, not a tombstone");
+    assert_eq!(
+        page_ids(&under_way),
+        [("w", true)],
+        "its state, not a tombstone"
+    );
     let fields = &under_way.timers[0].1.as_ref().unwrap().fields;
     assert_eq!(&fields["st"][..], b"scheduled");
     assert!(!fields.contains_key("lx"), "no last fire before it landed");
-    assert_eq!(under_way.applied, w.offset - 1, "below the deferred timer's command");
+    assert_eq!(
+        under_way.applied,
+        w.offset - 1,
+        "below the deferred timer's command"
+    );
 
-    w.store.ack(0, w.epoch, &landed(&claimed, due + 2)).await.unwrap();
+    w.store
+        .ack(0, w.epoch, &landed(&claimed, due + 2))
+        .await
+        .unwrap();
     let after = page(&w, due + 10).await;
-    assert_eq!(page_ids(&after), [("w", false)], "the tombstone once it landed");
+    assert_eq!(
+        page_ids(&after),
+        [("w", false)],
+        "the tombstone once it landed"
+    );
     assert_eq!(after.applied, w.offset);
 }
 
@@ -233,6 +267,14 @@ async fn a_landed_acknowledgement_sent_again_changes_nothing() {
     let again = w.apply(once_of("app", "t", due + 60_000), due + 3).await;
     assert_eq!(again.outcome, ApplyOutcome::Accepted, "{}", again.reason);
     let _ = page(&w, due + 4).await;
-    assert_eq!(w.store.ack(0, w.epoch, &acks).await.unwrap(), 0, "none in flight");
-    assert!(bookkeeping(&w).await[2].is_empty(), "nothing dirty: {:?}", bookkeeping(&w).await);
+    assert_eq!(
+        w.store.ack(0, w.epoch, &acks).await.unwrap(),
+        0,
+        "none in flight"
+    );
+    assert!(
+        bookkeeping(&w).await[2].is_empty(),
+        "nothing dirty: {:?}",
+        bookkeeping(&w).await
+    );
 }

@@ -104,7 +104,8 @@ impl Store {
             .arg(k.base());
         // Runs of fires whose states were all written or all not: two values per run.
         for run in landed.chunk_by(|a, b| a.written == b.written) {
-            inv.arg(if run[0].written { "1" } else { "" }).arg(run.len());
+            inv.arg(if run[0].written { "1" } else { "" })
+                .arg(run.len());
             for l in run {
                 inv.arg(&l.member).arg(&l.timer_id);
             }

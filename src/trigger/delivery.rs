@@ -45,11 +45,14 @@ pub(super) fn next(
 }
 
 /// The acknowledgement of a fire produced (see [`Ack`]): out of flight alone when its
-/// claim answered its record (it recorded the fire as done), else what `ack.lua` decides
-/// from; to the dead-letter topic because of `dead`.
+/// claim answered its record (it recorded the fire as done, released in attempt 1), else
+/// what `ack.lua` decides from (also for a later attempt: the timer's last fire then
+/// says which); to the dead-letter topic because of `dead`.
 fn produced_ack(mut p: Pending, dead: Option<&str>) -> Ack {
     let landed = match (dead, p.fire.record.take()) {
-        (None, Some(read)) => store::landed(&p.fire, &read, p.fired_ms, p.attempt),
+        (None, Some(read)) if p.attempt == 1 => {
+            store::landed(&p.fire, &read, p.fired_ms, p.attempt)
+        }
         _ => None,
     };
     landed.map(Ack::Landed).unwrap_or_else(|| Ack::Produced {
@@ -247,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn a_produced_fire_with_its_record_lands_without_ack_lua() {
+    fn a_fire_released_in_its_first_attempt_lands_without_ack_lua() {
         let fire = crate::timer::Fire {
             member: "1:5:t".into(),
             timer_id: "t".into(),
@@ -259,12 +262,19 @@ mod tests {
         };
         let mut p = Pending {
             fire,
-            attempt: 2,
+            attempt: 1,
             dead: None,
             paced: false,
             fired_ms: 9,
         };
         assert!(matches!(produced_ack(p.clone(), None), Ack::Landed(_)));
+        p.attempt = 2;
+        let retried = produced_ack(p.clone(), None);
+        assert_eq!(
+            retried.line(),
+            "1:5:t\t9\t2",
+            "its attempt recorded by ack.lua"
+        );
         let dead = produced_ack(p.clone(), Some("too large"));
         assert_eq!(dead.line(), "!1:5:t\t9\t2\ntoo large");
         p.fire.record = None;
