@@ -174,8 +174,11 @@ impl StoreError {
 /// version 5 keeps the pending records in one hash per partition (`r`) instead of
 /// buckets split by linear hashing (`r:B`); version 6 keeps the intake's unconfirmed
 /// state writes as one hash entry per apply call (`writing` was a zset of timers) and the
-/// deferred timers by offset only (the set by due is gone).
-pub const STORE_FORMAT: i64 = 6;
+/// deferred timers by offset only (the set by due is gone); version 7 records a one-shot
+/// fire as done at its claim (a fire under way reads fired while it is in flight), so an
+/// older instance that takes the partition back rebuilds it instead of dropping those
+/// fires as done.
+pub const STORE_FORMAT: i64 = 7;
 
 /// Handle to the Redis store. Cheap to clone.
 #[derive(Clone)]
