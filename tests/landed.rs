@@ -278,3 +278,35 @@ async fn a_landed_acknowledgement_sent_again_changes_nothing() {
         bookkeeping(&w).await
     );
 }
+
+/// A fire under way that goes to the dead-letter topic instead (its delivery attempts ran
+/// out) is acknowledged through ack.lua: its timer ends dead-lettered with that reason and
+/// the fire as its last fire, and nothing stays in flight or deferred.
+#[tokio::test]
+async fn a_fire_under_way_that_is_dead_lettered_ends_its_timer_dead_lettered() {
+    let mut w = World::new("under-way-dead").await;
+    let due = T0 + 5_000;
+    w.apply(once_of("app", "t", due), T0).await;
+    let claimed = claim(&w, due, due).await;
+    assert!(
+        claimed.fires[0].record.is_some(),
+        "recorded done at its claim"
+    );
+    let dead = Ack::Produced {
+        member: claimed.fires[0].member.clone(),
+        fired_ms: due + 900,
+        attempt: 10,
+        dead: Some("too large".into()),
+    };
+    assert_eq!(w.store.ack(0, w.epoch, &[dead]).await.unwrap(), 1);
+    let t = w.store.timer(0, "t").await.unwrap().expect("t");
+    assert_eq!(t.state, Some(TimerState::DeadLettered));
+    assert_eq!(t.dead_letters.last_reason.as_deref(), Some("too large"));
+    let last = format!("{:?}", t.last_fire.expect("a last fire"));
+    assert!(last.contains("attempt: 10"), "{last}");
+    let kept = bookkeeping(&w).await;
+    assert!(
+        kept[3].is_empty() && kept[4].is_empty(),
+        "deferred, in flight: {kept:?}"
+    );
+}
