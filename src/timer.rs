@@ -279,8 +279,9 @@ pub struct Fire {
     pub due_ms: i64,
     /// What to deliver.
     pub def: TimerDef,
-    /// The record the claim read from the timer's own key (a scheduled one-shot timer):
-    /// its acknowledgement swaps it for its done form (`store::done`).
+    /// The record the claim read from the timer's own key (a scheduled one-shot timer),
+    /// present when the claim recorded the fire as done: its acknowledgement only takes
+    /// it out of flight (`store::landed`).
     pub record: Option<Vec<u8>>,
 }
 

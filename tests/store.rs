@@ -300,10 +300,10 @@ async fn a_new_timer_packed_by_ktimer_reads_as_record_lua_writes_it() {
 
 /// The raw bytes Redis holds for timer `id` (its field of the bucket or its own key).
 /// A record too large to hold beside its definition and send twice (a large payload) is
-/// not answered with its fire: ack.lua acknowledges it in Redis.
+/// not answered with its fire, nor recorded done by the claim: ack.lua acknowledges it.
 #[tokio::test]
-async fn a_large_record_is_not_answered_for_a_swap() {
-    let mut w = World::new("swap-large").await;
+async fn a_large_record_is_not_answered_with_its_fire() {
+    let mut w = World::new("large-record").await;
     let mut big = once("big", T0 + 5_000);
     big.callback = Some(ktimer::command::Callback {
         payload: vec![7; 2_000],
@@ -319,6 +319,14 @@ async fn a_large_record_is_not_answered_for_a_swap() {
         .map(|f| (f.timer_id.as_str(), f.record.is_some()))
         .collect();
     assert_eq!(held, [("big", false), ("small", true)].into());
+    for (id, want) in [("big", TimerState::Scheduled), ("small", TimerState::Fired)] {
+        let t = w.store.timer(0, id).await.unwrap().expect(id);
+        assert_eq!(
+            t.state,
+            Some(want),
+            "{id}: recorded done by the claim only when answered"
+        );
+    }
 }
 
 /// Every fire a claim answers carries the definition its timer was created with, however

@@ -123,7 +123,7 @@ end
 -- The fire of one-shot timer `id` (raw record `a`, from its own key), due `due` ms, was
 -- claimed at `now` ms: its record becomes done (fired, its last fire released at
 -- max(due, now), attempt 1) now, while the claim holds its key, so the acknowledgement
--- only takes it out of flight (swap.lua). Until then the fire is under way: it is
+-- only takes it out of flight (landed.lua). Until then the fire is under way: it is
 -- delivered whatever comes (a take-over re-drives it, recover.lua), commands are refused
 -- (apply.lua) and a checkpoint reads the timer as it was before the claim (checkpoint.lua).
 local function rec_claimed(id, a, due, now)
