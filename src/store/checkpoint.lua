@@ -35,8 +35,11 @@
 -- * a dirty member scored 'inf' changed by a fire, a completion or a rebuild, no command
 --   since (a command lowers the score to its offset); those scripts add 'inf' only for a
 --   timer whose state was written or a cron (whose state a fire changes), so one found
---   done by its record's first bytes is answered a tombstone unread (at worst for a cron
---   never written: a tombstone of a key the state topic lacks, which changes nothing);
+--   done (but fired) by its record's first bytes is answered a tombstone unread (at worst
+--   for a cron never written: a tombstone of a key the state topic lacks, which changes
+--   nothing);
+-- * a one-shot fire under way (recorded done by its claim, still in flight) is read as
+--   its timer before the claim: no tombstone precedes its acknowledgement;
 -- * the watermark is at most now, below the first pending slice member, below the first
 --   parked member, and below the first in-flight member not listed;
 -- * a dirty timer whose state the intake is writing (KEYS[10]) is not answered (its
@@ -130,9 +133,10 @@ local function done_head(s)
   return nil
 end
 
--- Whether timer `id`'s own key holds a done record but fired, read from its first bytes (the
--- array's header, v, st: record.lua's first positions), not the whole record. (The
--- numbers go to redis.call as strings: Lua formats a number with a printf.)
+-- Whether timer `id`'s own key holds a done record other than a fired one (perhaps a fire
+-- under way: read whole), read from its first bytes (the array's header, v, st:
+-- record.lua's first positions), not the whole record. (The numbers go to redis.call as
+-- strings: Lua formats a number with a printf.)
 assert(REC_V == 1 and REC_ST == 2)
 local function done_at_head(id)
   local h = redis.call('GETRANGE', REC.base .. 't:' .. id, '0', '12')
@@ -147,7 +151,6 @@ local function done_at_head(id)
   local w = (v < 0x80 and 1) or (v == 0xcc and 2) or (v == 0xcd and 3) or (v == 0xce and 5)
     or (v == 0xcf and 9)
   local code = w and string.byte(h, o + w)
-  -- (Fired: perhaps a fire under way, read whole.)
   return code ~= nil and code ~= REC_STATE_CODE.fired and REC_TERMINAL[REC_STATES[code]] == true
 end
 
