@@ -148,8 +148,7 @@ local function done_at_head(id)
     return false
   end
   -- v: a positive fixint, else a uint of 1, 2, 4 or 8 bytes after its marker.
-  local w = (v < 0x80 and 1) or (v == 0xcc and 2) or (v == 0xcd and 3) or (v == 0xce and 5)
-    or (v == 0xcf and 9)
+  local w = rec_uint_width(v)
   local code = w and string.byte(h, o + w)
   return code ~= nil and code ~= REC_STATE_CODE.fired and REC_TERMINAL[REC_STATES[code]] == true
 end

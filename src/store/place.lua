@@ -120,6 +120,18 @@ local function rec_done_raw(id, app, a, where, st, fire)
   redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
 end
 
+-- The last fire a claim records for a one-shot fire due `due` claimed at `now` (ms).
+local function rec_claimed_fire(due, now)
+  return {HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered}
+end
+
+-- The bytes of the MessagePack unsigned integer whose first byte is `b` (a positive
+-- fixint, or a uint of 1, 2, 4 or 8 bytes after its marker); nil for anything else.
+local function rec_uint_width(b)
+  return (b < 0x80 and 1) or (b == 0xcc and 2) or (b == 0xcd and 3) or (b == 0xce and 5)
+    or (b == 0xcf and 9) or nil
+end
+
 -- The fire of one-shot timer `id` (raw record `a`, from its own key), due `due` ms, was
 -- claimed at `now` ms: its record becomes done (fired, its last fire released at
 -- max(due, now), attempt 1) now, while the claim holds its key, so the acknowledgement
@@ -127,20 +139,18 @@ end
 -- delivered whatever comes (a take-over re-drives it, recover.lua), commands are refused
 -- (apply.lua) and a checkpoint reads the timer as it was before the claim (checkpoint.lua).
 local function rec_claimed(id, a, due, now)
-  rec_done_raw(id, rec_app_raw(a), a, 'own', 'fired',
-    {HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered})
+  rec_done_raw(id, rec_app_raw(a), a, 'own', 'fired', rec_claimed_fire(due, now))
 end
 
 -- What rec_claimed writes, from packed record `s` of a scheduled one-shot timer of 7 to
 -- 9 fields (no last fire yet) without decoding it (the claim's hot path, claim.lua;
--- tests/landed.rs holds the two equal): the state byte set to fired (v's width, a
--- positive fixint or a uint of 1, 2, 4 or 8 bytes after its marker, puts it at `at`),
+-- tests/landed.rs holds the two equal): the state byte set to fired (v's width puts it
+-- at `at`),
 -- the fields missing up to the last fire false (0xc2), the fire as the last fire.
 -- (Positions asserted by claim.lua: a library's top level has no assert.)
 local function rec_claimed_bytes(s, due, now)
-  local b = string.byte(s, 2)
-  local at = 3 + ((b < 0x80 and 0) or (b == 0xcc and 1) or (b == 0xcd and 2) or (b == 0xce and 4) or 8)
-  local lx = cmsgpack.pack({HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered})
+  local at = 2 + rec_uint_width(string.byte(s, 2))
+  local lx = cmsgpack.pack(rec_claimed_fire(due, now))
   return '\154' .. string.sub(s, 2, at - 1) .. '\3' .. string.sub(s, at + 1)
     .. string.rep('\194', 0x99 - string.byte(s, 1)) .. string.char(0xa0 + #lx) .. lx
 end
