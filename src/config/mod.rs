@@ -216,8 +216,8 @@ pub struct RunArgs {
     /// Acknowledge delivered fires in Redis this many ms after the first of a batch was
     /// delivered (at once when a claim's worth waits): fewer, fuller calls at a steady
     /// rate. The price: a crash may deliver the fires of the last this-many ms again, and
-    /// a timer created again by its own fire's consumer within it is rejected as still
-    /// scheduled. 0 (the default): as soon as the broker answers.
+    /// a timer created again by its own fire's consumer within it is rejected (its fire is
+    /// still under way). 0 (the default): as soon as the broker answers.
     #[arg(long, env = "KTIMER_ACK_EVERY_MS", default_value_t = 0)]
     pub ack_every_ms: i64,
     /// Most fires claimed from Redis in one call.

@@ -101,19 +101,28 @@ end
 -- intake's writes). The grace runs from the watermark, not from now: while a burst
 -- drains, the fires waiting behind it are not stuck, and writing them would cost the
 -- fire path a state record and a tombstone each.
+-- Up to a page of them, read a few at a time (each score read is a printf; the first is
+-- mostly one rightly deferred), each one gone through leaving the set.
 local stuck = through - grace
-local lowest = redis.call('ZRANGE', KEYS[7], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')
-for i = 1, #lowest, 2 do
-  local id = lowest[i]
-  local a = before_claim(id, rec_raw(id))
-  local live = a and a[REC_ST] == 1 and not a[REC_K]
-  if live and a[REC_DUE] > stuck then
-    break
+local left, chunk, done = tonumber(ARGV[5]), 16, false
+while left > 0 and not done do
+  local lowest = redis.call('ZRANGE', KEYS[7], 0, math.min(chunk, left) - 1, 'WITHSCORES')
+  done = #lowest == 0
+  for i = 1, #lowest, 2 do
+    local id = lowest[i]
+    local a = before_claim(id, rec_raw(id))
+    local live = a and a[REC_ST] == 1 and not a[REC_K]
+    if live and a[REC_DUE] > stuck then
+      done = true
+      break
+    end
+    left = left - 1
+    redis.call('ZREM', KEYS[7], id)
+    if live then
+      redis.call('ZADD', KEYS[2], 'LT', lowest[i + 1], id)
+    end
   end
-  redis.call('ZREM', KEYS[7], id)
-  if live then
-    redis.call('ZADD', KEYS[2], 'LT', lowest[i + 1], id)
-  end
+  chunk = chunk * 4
 end
 
 -- The state (its name) and field p of packed record `s` (an own key's value, or false)
