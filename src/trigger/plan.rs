@@ -29,6 +29,17 @@ pub(super) fn ack_at(since_ms: i64, n: usize, every_ms: i64) -> i64 {
     }
 }
 
+/// How soon a send must be due for the broker's answers to wait for it, ms.
+pub(super) const ANSWERS_RIDE_MS: i64 = 2;
+
+/// Whether the broker's answer to a fire wakes the trigger waiting at `now_ms` with its
+/// next send due at `send_at`: not when that send is due within [`ANSWERS_RIDE_MS`] (the
+/// step that sends it takes the answers too), so a steady stream wakes the task once per
+/// due ms, not also once per answer.
+pub(super) fn answers_wake(now_ms: i64, send_at: Option<i64>) -> bool {
+    send_at.is_none_or(|at| at > now_ms.saturating_add(ANSWERS_RIDE_MS))
+}
+
 /// When the trigger must look again: the planned claim, the next send, the
 /// acknowledgements' time ([`ack_at`]), or `max_idle_ms` from now, whichever comes first.
 pub(super) fn wake_at(
@@ -47,7 +58,7 @@ pub(super) fn wake_at(
 
 #[cfg(test)]
 mod tests {
-    use super::{ack_at, next_claim, wake_at, ACK_FULL};
+    use super::{ack_at, answers_wake, next_claim, wake_at, ACK_FULL, ANSWERS_RIDE_MS};
 
     #[test]
     fn a_steady_stream_is_claimed_half_a_window_at_a_time() {
@@ -84,6 +95,14 @@ mod tests {
             1_010,
             "acks first"
         );
+    }
+
+    #[test]
+    fn answers_ride_on_a_send_due_soon_and_wake_the_trigger_otherwise() {
+        assert!(answers_wake(1_000, None), "nothing to send: at once");
+        assert!(answers_wake(1_000, Some(1_000 + ANSWERS_RIDE_MS + 1)));
+        assert!(!answers_wake(1_000, Some(1_000 + ANSWERS_RIDE_MS)));
+        assert!(!answers_wake(1_000, Some(900)), "a send overdue: next step");
     }
 
     #[test]

@@ -4,7 +4,7 @@ use super::budget::Held;
 use super::calls::{finished, Call, Done};
 use super::fence::{self, Fence};
 use super::lease::Lease;
-use super::plan::{ack_at, wake_at};
+use super::plan::{ack_at, answers_wake, wake_at};
 use super::ready::{Pending, Ready};
 use super::{Gate, TriggerConfig, Wake};
 use crate::clock::Clock;
@@ -311,11 +311,14 @@ impl Trigger {
         };
         let clock = self.clock.clone();
         let waiting = !self.sending.is_empty();
+        // The broker's answers wait for a send due soon: the step takes them (and its
+        // last poll of `sending`, take_answers', left no waker for them to wake).
+        let answers = answers_wake(self.clock.now_ms(), self.ready.next_at());
         tokio::select! {
             _ = self.token.cancelled() => {}
             _ = clock.sleep_until(until) => {}
             _ = self.wake.notified() => {}
-            Some((p, r)) = self.sending.next(), if waiting => self.delivered(p, r),
+            Some((p, r)) = self.sending.next(), if waiting && answers => self.delivered(p, r),
             done = finished(&mut self.call) => self.call_done(done),
             _ = tokio::time::sleep(fence::MARK_EVERY), if waiting => {}
             _ = &mut freed, if !room => {}
