@@ -145,8 +145,7 @@ end
 -- What rec_claimed writes, from packed record `s` of a scheduled one-shot timer of 7 to
 -- 9 fields (no last fire yet) without decoding it (the claim's hot path, claim.lua;
 -- tests/landed.rs holds the two equal): the state byte set to fired (v's width puts it
--- at `at`),
--- the fields missing up to the last fire false (0xc2), the fire as the last fire.
+-- at `at`), the fields missing up to the last fire false (0xc2), the fire as the last fire.
 -- (Positions asserted by claim.lua: a library's top level has no assert.)
 local function rec_claimed_bytes(s, due, now)
   local at = 2 + rec_uint_width(string.byte(s, 2))
