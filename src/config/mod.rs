@@ -214,11 +214,11 @@ pub struct RunArgs {
     #[arg(long, env = "KTIMER_CLAIM_AHEAD_MS", default_value_t = 100)]
     pub claim_ahead_ms: i64,
     /// Acknowledge delivered fires in Redis this many ms after the first of a batch was
-    /// delivered (at once when a claim's worth waits): fewer, fuller calls at a steady
-    /// rate. The price: a crash may deliver the fires of the last this-many ms again, and
-    /// a timer created again by its own fire's consumer within it is rejected (its fire is
-    /// still under way). 0 (the default): as soon as the broker answers.
-    #[arg(long, env = "KTIMER_ACK_EVERY_MS", default_value_t = 0)]
+    /// delivered (at once when a claim's worth waits, and when commands of the partition
+    /// arrive: they apply once the fires delivered before them are acknowledged): fewer,
+    /// fuller calls at a steady rate. The price: a crash may deliver the fires of the
+    /// last this-many ms again. 0: as soon as the broker answers.
+    #[arg(long, env = "KTIMER_ACK_EVERY_MS", default_value_t = 50)]
     pub ack_every_ms: i64,
     /// Most fires claimed from Redis in one call.
     #[arg(long, env = "KTIMER_CLAIM_BATCH", default_value_t = 2000)]

@@ -9,8 +9,10 @@ use crate::ownership::Running;
 use crate::retry::Retry;
 use crate::store::{ApplyResult, Written};
 use crate::timer::{Applied, ApplyOutcome, ApplyRequest, Op};
+use crate::trigger::landing::{Landing, SETTLE_WAIT};
 use rdkafka::Message;
 use rdkafka::Offset;
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -129,7 +131,9 @@ impl Intake {
         let retry = Retry::new("apply", &self.cut.apply_token())
             .counting(self.metrics.redis_errors.with_label_values(&["apply"]));
         let now = self.clock.now_ms();
+        let landings = self.landings(&batch);
         let task = tokio::spawn(async move {
+            settle(&landings).await;
             let applied =
                 super::poison::apply(&store, &retry, &batch.requests, &batch.marks, now).await;
             (batch, applied)
@@ -138,6 +142,17 @@ impl Intake {
             task,
             _wait: self.waits.begin("Redis to apply a batch of commands"),
         }
+    }
+
+    /// The acknowledgement counts of the triggers of the partitions `batch` changes.
+    fn landings(&self, batch: &Prepared) -> Vec<Arc<Landing>> {
+        let mut ps: Vec<i32> = batch.requests.iter().map(|r| r.partition).collect();
+        ps.sort_unstable();
+        ps.dedup();
+        ps.into_iter()
+            .filter_map(|p| self.partitions.get(p)?.tasks.as_ref())
+            .map(|r| r.trigger.landing.clone())
+            .collect()
     }
 
     /// Takes what Redis did with a batch: wakes the triggers, records the offsets
@@ -216,6 +231,12 @@ impl Intake {
             }
         }
     }
+}
+
+/// Before a batch applies: the fires its partitions' triggers know as delivered leave
+/// flight ([`Landing`]), so a command answering a fire finds it landed, not under way.
+async fn settle(landings: &[Arc<Landing>]) {
+    futures::future::join_all(landings.iter().map(|l| l.settle(SETTLE_WAIT))).await;
 }
 
 /// Tells the partition's trigger (and migrator) about an accepted command.

@@ -60,7 +60,10 @@ impl Trigger {
             return;
         }
         let now = self.clock.now_ms();
-        let acks = self.ack_at() <= now;
+        // The intake waits for the delivered fires to land ([`super::Landing`]): they go
+        // now, before a claim.
+        let asked = !self.acks.is_empty() && self.landing.take_ask();
+        let acks = asked || self.ack_at() <= now;
         if !self.parked.is_empty() {
             let apps = self.cfg.apps.current();
             if paced::refill_due(&apps, self.cfg.partitions, &self.held, &self.parked) {
@@ -72,7 +75,8 @@ impl Trigger {
         // a trigger before its take-over is done, or while the budget has no room.
         let stuck = self.fence.stuck(self.sending.len());
         let may = !stuck && self.recovered && self.held.budget().has_room();
-        let claim_due = self.wake.claim_at() <= now && !(self.claimed_last && acks) && may;
+        let claim_due =
+            self.wake.claim_at() <= now && !((self.claimed_last || asked) && acks) && may;
         if claim_due && self.wake.take_if_due(now) {
             self.claimed_last = true;
             self.claim_stamp = self.gate.stamp();
@@ -145,6 +149,7 @@ impl Trigger {
                     return Err(e);
                 }
                 self.lease.confirm(issued);
+                self.landing.landed(members.len());
                 for a in &members {
                     self.held.remove(a.member());
                 }

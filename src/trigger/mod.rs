@@ -24,7 +24,8 @@
 //! stopped answering: no claims, and the next owner waits for what it holds),
 //! [`budget`] (the bound on held fires), `paced` (the quotas of paced applications),
 //! `ready` (fires waiting for their send time), `delivery` (send, retry or dead letter),
-//! `calls` (claims and acknowledgements beside the sending), `poison` (an acknowledgement
+//! `calls` (claims and acknowledgements beside the sending), [`landing`] (what the
+//! intake waits for: delivered fires out of flight before commands apply), `poison` (an acknowledgement
 //! the store fails on every time, isolated), `recover` (the take-over of the in-flight
 //! set), `task` (the loop).
 
@@ -33,6 +34,7 @@ mod calls;
 mod delivery;
 pub mod fence;
 pub mod gate;
+pub mod landing;
 pub mod lease;
 mod paced;
 mod plan;
@@ -43,6 +45,7 @@ mod task;
 pub mod wake;
 
 pub use gate::Gate;
+pub use landing::Landing;
 pub use lease::LEASE;
 pub use wake::Wake;
 
@@ -122,6 +125,8 @@ pub struct TriggerHandle {
     pub wake: Arc<Wake>,
     /// Fires made stale by commands.
     pub gate: Arc<Gate>,
+    /// Delivered fires' acknowledgements, which the intake waits for before applying.
+    pub landing: Arc<Landing>,
     task: Stoppable,
 }
 
@@ -150,13 +155,18 @@ pub fn spawn(
 ) -> TriggerHandle {
     let on_own_thread = !matches!(cfg.clock, Clock::Tokio { .. });
     let t = task::Trigger::new(partition, epoch, store, sink, metrics, cfg, token.clone());
-    let (wake, gate) = (t.wake.clone(), t.gate.clone());
+    let (wake, gate, landing) = (t.wake.clone(), t.gate.clone(), t.landing.clone());
     let task = if on_own_thread {
         Stoppable::spawn_on(runtime(), token, t.run())
     } else {
         Stoppable::spawn(token, t.run())
     };
-    TriggerHandle { wake, gate, task }
+    TriggerHandle {
+        wake,
+        gate,
+        landing,
+        task,
+    }
 }
 
 /// The runtime every trigger of the process runs on: a thread of its own, so a busy main

@@ -6,7 +6,7 @@ use super::fence::{self, Fence};
 use super::lease::Lease;
 use super::plan::{ack_at, answers_wake, wake_at};
 use super::ready::{Pending, Ready};
-use super::{Gate, TriggerConfig, Wake};
+use super::{Gate, Landing, TriggerConfig, Wake};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::pace::Pacer;
@@ -71,6 +71,8 @@ pub(super) struct Trigger {
     pub clock: Clock,
     pub wake: Arc<Wake>,
     pub gate: Arc<Gate>,
+    /// The acknowledgements' counts the intake waits on.
+    pub landing: Arc<Landing>,
     pub token: CancellationToken,
     /// Redis calls: retried with the shared backoff until fenced or stopped.
     pub retry: Retry,
@@ -141,6 +143,7 @@ impl Trigger {
             sink,
             wake: Arc::new(Wake::new(cfg.claim_ahead_ms)),
             gate: Arc::new(Gate::default()),
+            landing: Arc::default(),
             cfg,
             token,
             retry,
@@ -183,6 +186,7 @@ impl Trigger {
                 }
                 Err(e) if e.is_fenced() => {
                     tracing::warn!(partition = p, error = %e, "trigger stopped: partition lost");
+                    self.landing.close();
                     return self.hand_over();
                 }
                 Err(e) if !attempts.failed(&e).await => break,
@@ -190,6 +194,7 @@ impl Trigger {
             }
         }
         self.drain().await;
+        self.landing.close();
         self.hand_over();
         tracing::info!(partition = p, "trigger stopped");
     }
@@ -221,6 +226,7 @@ impl Trigger {
             self.acks_since_ms = self.clock.now_ms();
         }
         self.acks.push(ack);
+        self.landing.queued(1);
     }
 
     /// When the acknowledgements waiting go to Redis, Unix ms (never when none wait).
@@ -318,6 +324,7 @@ impl Trigger {
             _ = self.token.cancelled() => {}
             _ = clock.sleep_until(until) => {}
             _ = self.wake.notified() => {}
+            _ = self.landing.asked(), if idle => {}
             Some((p, r)) = self.sending.next(), if waiting && answers => self.delivered(p, r),
             done = finished(&mut self.call) => self.call_done(done),
             _ = tokio::time::sleep(fence::MARK_EVERY), if waiting => {}
