@@ -61,8 +61,9 @@ impl Trigger {
         }
         let now = self.clock.now_ms();
         // The intake waits for the delivered fires to land ([`super::Landing`]): they go
-        // now, before a claim.
-        let asked = !self.acks.is_empty() && self.landing.take_ask();
+        // now, before a claim. (With none waiting and no call running, every one landed:
+        // the request is answered, and cleared.)
+        let asked = self.landing.take_ask() && !self.acks.is_empty();
         let acks = asked || self.ack_at() <= now;
         if !self.parked.is_empty() {
             let apps = self.cfg.apps.current();

@@ -25,9 +25,9 @@
 //! [`budget`] (the bound on held fires), `paced` (the quotas of paced applications),
 //! `ready` (fires waiting for their send time), `delivery` (send, retry or dead letter),
 //! `calls` (claims and acknowledgements beside the sending), [`landing`] (what the
-//! intake waits for: delivered fires out of flight before commands apply), `poison` (an acknowledgement
-//! the store fails on every time, isolated), `recover` (the take-over of the in-flight
-//! set), `task` (the loop).
+//! intake waits for: delivered fires out of flight before commands apply), `poison` (an
+//! acknowledgement the store fails on every time, isolated), `recover` (the take-over of
+//! the in-flight set), `task` (the loop).
 
 pub mod budget;
 mod calls;
