@@ -234,3 +234,54 @@ async fn a_bound_application_run_fires_every_timer_once() {
     assert_eq!(n(&r, "/fire/early"), 0.0);
     assert_eq!(n(&r, "/fire/duplicates"), 0.0);
 }
+
+/// Timers due while their commands are still produced (`--lead-ms` shorter than producing
+/// takes): the costs span the commands and the fires, per timer, and are not judged
+/// against a fire's targets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_applied_while_timers_fire_are_counted_per_timer() {
+    let (r, _) = bench(
+        "bench-mixed",
+        &[
+            "--timers",
+            "4000",
+            "--rate",
+            "2000",
+            "--lead-ms",
+            "300",
+            "--due",
+            "spread",
+            "--window-ms",
+            "2000",
+            "--pending",
+            "0",
+            "--no-baseline",
+            "--partitions",
+            "2",
+        ],
+    );
+    assert_eq!(n(&r, "/fire/fired"), 4000.0, "{r}");
+    assert_eq!(n(&r, "/fire/missing") + n(&r, "/fire/early"), 0.0, "{r}");
+    assert!(n(&r, "/fire/answered_before_due_ms") < 0.0, "mixed: {r}");
+    assert_eq!(r["fire"]["per_timer"], true, "{r}");
+    // The span began before the first command: every create went through Redis in it.
+    let families = r["fire"]["redis_by_script"]["families"].as_array().unwrap();
+    let calls = |name: &str| {
+        families
+            .iter()
+            .filter(|f| f["name"] == name)
+            .map(|f| f["calls"].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    assert!(calls("create") > 0.0 && calls("claim") > 0.0, "{r}");
+    let judged: Vec<&str> = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["what"].as_str().unwrap())
+        .collect();
+    assert!(
+        !judged.iter().any(|w| w.contains("per fire")),
+        "a timer's costs are not judged as a fire's: {judged:?}"
+    );
+}

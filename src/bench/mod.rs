@@ -36,6 +36,7 @@ pub mod rebuild;
 pub mod report;
 pub mod scripts;
 pub mod setup;
+pub mod span;
 pub mod svg;
 pub mod takeover;
 pub mod targets;
@@ -49,6 +50,7 @@ use load::Plan;
 use observe::{Answers, Fires, Progress, Tap};
 use report::{per_second, BaselineReport, FireReport, PendingReport, Percentiles, Report};
 use setup::Env;
+use span::Span;
 use std::sync::Arc;
 use tokio::time::{Duration, Instant};
 
@@ -199,10 +201,7 @@ async fn pending_phase(
     codec: &Arc<Codec>,
 ) -> anyhow::Result<PendingReport> {
     progress.phase("pending", n);
-    let before = env.nodes.sample().await?;
-    let ktimer_before = env.instances.cpu();
-    let clock = scripts::ScriptClock::start(&env.nodes).await;
-    let started = Instant::now();
+    let span = Span::start(env).await?;
     let plan = pending_plan(env, n);
     let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
     let tap = Tap::start(&env.kafka, &env.kafka.results_topic, answers)?;
@@ -225,17 +224,12 @@ async fn pending_phase(
         let limit = Duration::from_secs(60 + (n / 2_000) as u64);
         env.checkpointed(partitions, limit).await?;
     }
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let redis_by_script = by_script(clock, answers.accepted).await;
-    let after_nodes = env.nodes.sample().await?;
-    let redis_cpu = nodes::cpu_between(&before, &after_nodes, answers.accepted, elapsed_ms);
-    let ktimer_cpu = own_cpu(env, ktimer_before, answers.accepted, elapsed_ms);
-    let before: u64 = before.iter().map(|s| s.used_memory).sum();
-    let after: u64 = after_nodes.iter().map(|s| s.used_memory).sum();
+    let costs = span.finish(env, answers.accepted).await?;
+    let (before, after) = costs.memory;
     Ok(PendingReport {
-        redis_cpu,
-        ktimer_cpu,
-        redis_by_script,
+        redis_cpu: costs.redis_cpu,
+        ktimer_cpu: costs.ktimer_cpu,
+        redis_by_script: costs.redis_by_script,
         timers: n,
         accepted: answers.accepted,
         intake_per_s: per_second(answers.accepted, produced.started_ms, answers.last_ms),
@@ -315,25 +309,38 @@ async fn fire_phase(
         &env.callback,
         Fires::new(&plan.prefix, plan.dues.clone(), progress.clone()),
     )?;
-    let produced =
-        load::produce_commands(&env.kafka, env.via, codec, n, args.rate, progress, |i| {
-            plan.create(i)
-        })
-        .await?;
     let until = |ms: i64| Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64);
-    let (answers, _) = answers.finish(until(last_due + args.timeout_ms)).await?;
-    // Redis CPU from the first due (or the last answer, if later) to the last fire: the
-    // fire path's cost, and how busy the drain kept Redis (the lead before the first due
-    // would dilute it).
-    tokio::time::sleep_until(until(t0)).await;
-    let before = env.nodes.sample().await?;
-    let ktimer_before = env.instances.cpu();
-    let clock = scripts::ScriptClock::start(&env.nodes).await;
-    let started = Instant::now();
+    // The costs from the first due to the last fire: the fire path's, and how busy the
+    // drain kept Redis (the lead before the first due would dilute them). When timers are
+    // due before their last commands are produced (`--lead-ms` shorter than producing
+    // takes), commands and fires share the span: it runs from the first command, and
+    // its costs are per timer, its command and its fire.
+    let mixed = lead < (n as u64 * 1000 / per_s) as i64;
+    let from_start = match mixed {
+        true => Some(Span::start(env).await?),
+        false => None,
+    };
+    let intake = async {
+        let produced =
+            load::produce_commands(&env.kafka, env.via, codec, n, args.rate, progress, |i| {
+                plan.create(i)
+            })
+            .await?;
+        let (answers, _) = answers.finish(until(last_due + args.timeout_ms)).await?;
+        anyhow::Ok((produced, answers))
+    };
+    let from_due = async {
+        tokio::time::sleep_until(until(t0)).await;
+        anyhow::Ok(match mixed {
+            true => None,
+            false => Some(Span::start(env).await?),
+        })
+    };
+    let (intake, from_due) = tokio::join!(intake, from_due);
+    let ((produced, answers), span) = (intake?, from_due?.or(from_start));
+    let span = span.expect("a span starts at the first command or at the first due");
     let (fires, _) = fires.finish(until(last_due + args.timeout_ms)).await?;
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let redis_by_script = by_script(clock, fires.unique).await;
-    let after = env.nodes.sample().await?;
+    let costs = span.finish(env, fires.unique).await?;
     let report = FireReport {
         timers: n,
         produce_failed: produced.failed,
@@ -352,42 +359,12 @@ async fn fire_phase(
         delivery_rate_per_s: per_second(fires.unique, t0, fires.last_received_ms),
         fire_lateness_ms: Percentiles::of(&fires.fire_lateness),
         delivery_lateness_ms: Percentiles::of(&fires.delivery_lateness),
-        redis_cpu: nodes::cpu_between(&before, &after, fires.unique, elapsed_ms),
-        redis_calls: nodes::calls_between(&before, &after, fires.unique),
-        ktimer_cpu: own_cpu(env, ktimer_before, fires.unique, elapsed_ms),
-        redis_by_script,
+        per_timer: mixed || answers.last_ms > t0,
+        redis_cpu: costs.redis_cpu,
+        redis_calls: costs.redis_calls,
+        ktimer_cpu: costs.ktimer_cpu,
+        redis_by_script: costs.redis_by_script,
         peak_rss_mb: env.instances.peak_rss_mb(),
     };
     Ok((report, fires))
-}
-
-/// The started instances' CPU since `before`, per one of `items` (none when the bench
-/// started none).
-fn own_cpu(
-    env: &Env,
-    before: Option<nodes::Sample>,
-    items: usize,
-    elapsed_ms: f64,
-) -> Option<nodes::NodeCpu> {
-    let (before, after) = (before?, env.instances.cpu()?);
-    nodes::cpu_between(&[before], &[after], items, elapsed_ms).pop()
-}
-
-/// What the script clock measured, per one of `items`; none (with a warning) when the
-/// slow log could not be used (a Redis that refuses CONFIG SET).
-async fn by_script(
-    clock: anyhow::Result<scripts::ScriptClock>,
-    items: usize,
-) -> Option<scripts::ByScript> {
-    let measured = match clock {
-        Ok(c) => c.finish(items).await,
-        Err(e) => Err(e),
-    };
-    match measured {
-        Ok((families, missed)) => Some(scripts::ByScript { families, missed }),
-        Err(e) => {
-            eprintln!("bench: Redis time per script not measured: {e:#}");
-            None
-        }
-    }
 }

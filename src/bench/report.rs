@@ -73,8 +73,12 @@ pub struct FireReport {
     pub fire_lateness_ms: Percentiles,
     /// Time the bench received the record minus due time.
     pub delivery_lateness_ms: Percentiles,
-    /// CPU of each Redis primary from the last command answered to the last fire, per
-    /// timer fired.
+    /// Whether commands were applied while timers fired (`--lead-ms` shorter than
+    /// producing them takes, or an intake slower than the lead allowed): the costs below
+    /// are then per timer, its command and its fire, not per fire alone.
+    pub per_timer: bool,
+    /// CPU of each Redis primary from the first due (with `per_timer`, from the first
+    /// command) to the last fire, per timer fired.
     pub redis_cpu: Vec<NodeCpu>,
     /// Redis commands over the same span, per timer fired.
     pub redis_calls: nodes::Calls,
@@ -193,15 +197,23 @@ impl Report {
             "fired    {} of {}: missing {}, early {}, duplicates {}; fire rate {:.0}/s, delivered {:.0}/s",
             f.fired, f.timers, f.missing, f.early, f.duplicates, f.fire_rate_per_s, f.delivery_rate_per_s
         );
+        let item = match f.per_timer {
+            true => "timer",
+            false => "fire",
+        };
+        if f.per_timer {
+            let why = "commands were applied while timers fired: costs per timer, its command and its fire";
+            let _ = writeln!(s, "         ({why})");
+        }
         let _ = writeln!(
             s,
-            "         CPU per fire: Redis {}{}",
+            "         CPU per {item}: Redis {}{}",
             nodes::cpu_line(&f.redis_cpu),
             nodes::own_line(&f.ktimer_cpu)
         );
-        let _ = writeln!(s, "         Redis {}", f.redis_calls.line("fire"));
+        let _ = writeln!(s, "         Redis {}", f.redis_calls.line(item));
         if let Some(b) = &f.redis_by_script {
-            let _ = writeln!(s, "         Redis µs per fire by script: {}", b.line());
+            let _ = writeln!(s, "         Redis µs per {item} by script: {}", b.line());
         }
         if let Some(mb) = f.peak_rss_mb {
             let _ = writeln!(s, "         peak RSS of a ktimer instance: {mb} MB");
@@ -226,7 +238,12 @@ impl Report {
             let _ = writeln!(
                 s,
                 "{}",
-                fl.line(f.ktimer_cpu.as_ref().map(|c| c.us_per_item))
+                fl.line(
+                    f.ktimer_cpu
+                        .as_ref()
+                        .filter(|_| !f.per_timer)
+                        .map(|c| c.us_per_item)
+                )
             );
         }
         if let Some(b) = &self.command_baseline {
