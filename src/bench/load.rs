@@ -73,6 +73,23 @@ pub fn producer(kafka: &KafkaArgs) -> anyhow::Result<FutureProducer> {
         .context("creating the bench producer")
 }
 
+/// The run's producer of commands, made once before any timed phase, `topic`'s metadata
+/// read: a fresh producer's first records waited 0.5 to 1 s for the broker (its producer
+/// id, the topic's leader), which a short `--lead-ms` counted as late fires.
+pub async fn ready_producer(kafka: &KafkaArgs, topic: &str) -> anyhow::Result<FutureProducer> {
+    use rdkafka::producer::Producer;
+    let producer = producer(kafka)?;
+    let (p, topic) = (producer.clone(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        p.client()
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .map(|_| ())
+    })
+    .await?
+    .context("reading the metadata of the topic commands go to")?;
+    Ok(producer)
+}
+
 /// One record to produce.
 pub struct Rec {
     /// Key.
@@ -83,11 +100,12 @@ pub struct Rec {
     pub headers: Option<OwnedHeaders>,
 }
 
-/// Produces `n` commands `make(i)` `via` the commands topic (encoded as `codec` encodes
-/// them) or the delay topic (as plain records with headers), at most `rate` per second
-/// (0: as fast as the producer takes them), and waits until the broker acknowledged them
-/// all.
+/// Produces `n` commands `make(i)` with `producer` `via` the commands topic (encoded as
+/// `codec` encodes them) or the delay topic (as plain records with headers), at most
+/// `rate` per second (0: as fast as the producer takes them), and waits until the broker
+/// acknowledged them all.
 pub async fn produce_commands(
+    producer: &FutureProducer,
     kafka: &KafkaArgs,
     via: Via,
     codec: &Codec,
@@ -96,17 +114,16 @@ pub async fn produce_commands(
     progress: &Progress,
     make: impl Fn(usize) -> TimerCommand,
 ) -> anyhow::Result<Produced> {
-    let producer = producer(kafka)?;
     if via == Via::DelayTopic {
         let topic = kafka.delay_topic.as_str();
-        return produce(&producer, topic, n, rate, progress, |i| {
+        return produce(producer, topic, n, rate, progress, |i| {
             let rec = delayed(&make(i), &kafka.fired_topic);
             async move { rec }
         })
         .await;
     }
     let topic = kafka.commands_topic.as_str();
-    produce(&producer, topic, n, rate, progress, |i| {
+    produce(producer, topic, n, rate, progress, |i| {
         let cmd = make(i);
         async move {
             let value = codec.encode_command(&cmd, topic).await?;

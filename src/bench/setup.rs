@@ -48,6 +48,8 @@ pub struct Env {
     pub prefix: Option<String>,
     /// The instances the bench started (none with `--instances 0`).
     pub instances: Instances,
+    /// The run's producer of commands ([`super::load::ready_producer`]).
+    pub commands: rdkafka::producer::FutureProducer,
     created: Vec<String>,
 }
 
@@ -143,6 +145,11 @@ impl Env {
             false => (kafka.clone(), None),
         };
         let nodes = Nodes::connect(&args.redis_url).await?;
+        let to = match args.via {
+            crate::config::Via::Commands => &drive.commands_topic,
+            crate::config::Via::DelayTopic => &drive.delay_topic,
+        };
+        let commands = super::load::ready_producer(&drive, to).await?;
         let mut env = Env {
             run: run.to_string(),
             kafka: drive,
@@ -158,6 +165,7 @@ impl Env {
             prefix: own.then(|| base.clone()),
             created: names,
             instances: Instances::default(),
+            commands,
         };
         if own {
             env.start(args, &base).await?;
