@@ -13,7 +13,7 @@ use super::report::{per_second, BaselineReport};
 use super::setup::Env;
 use crate::codec::Codec;
 use crate::config::BenchArgs;
-use crate::{kafka, now_ms};
+use crate::kafka;
 use anyhow::Context;
 use serde::Serialize;
 use std::sync::Arc;
@@ -168,8 +168,8 @@ pub async fn command_shaped(
     run_pipe(env, args, (from, to), n, progress).await
 }
 
-/// Runs the pipe over `n` records and counts them out; the rate from its start to the
-/// last record received.
+/// Runs the pipe over `n` records and counts them out; the rate from its first record
+/// consumed to the last received.
 async fn run_pipe(
     env: &Env,
     args: &BenchArgs,
@@ -178,9 +178,9 @@ async fn run_pipe(
     progress: &Arc<Progress>,
 ) -> anyhow::Result<f64> {
     let count = Tap::start(&env.kafka, to, Count::new(n, progress.clone()))?;
-    let start = now_ms();
     let limit = Duration::from_millis(args.timeout_ms.max(1) as u64);
-    tokio::time::timeout(limit, pipe::run(&env.kafka, from, to, n))
+    let piped = pipe::run(&env.kafka, &env.pipe_producer, (from, to), n);
+    let start = tokio::time::timeout(limit, piped)
         .await
         .map_err(|_| anyhow::anyhow!("the baseline pipe did not finish within {limit:?}"))??;
     let (count, done) = count.finish(Instant::now() + limit).await?;

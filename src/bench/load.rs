@@ -73,20 +73,22 @@ pub fn producer(kafka: &KafkaArgs) -> anyhow::Result<FutureProducer> {
         .context("creating the bench producer")
 }
 
-/// The run's producer of commands, made once before any timed phase, `topic`'s metadata
-/// read: a fresh producer's first records waited 0.5 to 1 s for the broker (its producer
-/// id, the topic's leader), which a short `--lead-ms` counted as late fires.
-pub async fn ready_producer(kafka: &KafkaArgs, topic: &str) -> anyhow::Result<FutureProducer> {
+/// `producer`, once it read the metadata of `topics`. The bench makes its producers so,
+/// once per run, before any timed phase: a fresh producer's first records waited 0.5 to
+/// 1 s for the broker (its producer id, the topic's leader), which a short `--lead-ms`
+/// counted as late fires, and a pipe's rate as slowness.
+pub async fn ready(producer: FutureProducer, topics: &[&str]) -> anyhow::Result<FutureProducer> {
     use rdkafka::producer::Producer;
-    let producer = producer(kafka)?;
-    let (p, topic) = (producer.clone(), topic.to_string());
-    tokio::task::spawn_blocking(move || {
-        p.client()
-            .fetch_metadata(Some(&topic), Duration::from_secs(10))
-            .map(|_| ())
-    })
-    .await?
-    .context("reading the metadata of the topic commands go to")?;
+    for topic in topics {
+        let (p, t) = (producer.clone(), topic.to_string());
+        tokio::task::spawn_blocking(move || {
+            p.client()
+                .fetch_metadata(Some(&t), Duration::from_secs(10))
+                .map(|_| ())
+        })
+        .await?
+        .with_context(|| format!("reading the metadata of {topic}"))?;
+    }
     Ok(producer)
 }
 
@@ -100,21 +102,20 @@ pub struct Rec {
     pub headers: Option<OwnedHeaders>,
 }
 
-/// Produces `n` commands `make(i)` with `producer` `via` the commands topic (encoded as
-/// `codec` encodes them) or the delay topic (as plain records with headers), at most
-/// `rate` per second (0: as fast as the producer takes them), and waits until the broker
-/// acknowledged them all.
+/// Produces `n` commands `make(i)` with the run's producer (`env.commands`) via the
+/// commands topic (encoded as `codec` encodes them) or the delay topic (as plain records
+/// with headers), as `env.via` says, at most `rate` per second (0: as fast as the
+/// producer takes them), and waits until the broker acknowledged them all.
 pub async fn produce_commands(
-    producer: &FutureProducer,
-    kafka: &KafkaArgs,
-    via: Via,
+    env: &super::setup::Env,
     codec: &Codec,
     n: usize,
     rate: u64,
     progress: &Progress,
     make: impl Fn(usize) -> TimerCommand,
 ) -> anyhow::Result<Produced> {
-    if via == Via::DelayTopic {
+    let (producer, kafka) = (&env.commands, &env.kafka);
+    if env.via == Via::DelayTopic {
         let topic = kafka.delay_topic.as_str();
         return produce(producer, topic, n, rate, progress, |i| {
             let rec = delayed(&make(i), &kafka.fired_topic);

@@ -205,17 +205,7 @@ async fn pending_phase(
     let plan = pending_plan(env, n);
     let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
     let tap = Tap::start(&env.kafka, &env.kafka.results_topic, answers)?;
-    let produced = load::produce_commands(
-        &env.commands,
-        &env.kafka,
-        env.via,
-        codec,
-        n,
-        0,
-        progress,
-        |i| plan.create(i),
-    )
-    .await?;
+    let produced = load::produce_commands(env, codec, n, 0, progress, |i| plan.create(i)).await?;
     anyhow::ensure!(
         produced.failed == 0,
         "{} pending commands not produced: {:?}",
@@ -259,17 +249,7 @@ async fn cancel_pending(
     let plan = pending_plan(env, n);
     let answers = Answers::new(&plan.prefix, n, codec.clone(), progress.clone());
     let tap = Tap::start(&env.kafka, &env.kafka.results_topic, answers)?;
-    load::produce_commands(
-        &env.commands,
-        &env.kafka,
-        env.via,
-        codec,
-        n,
-        0,
-        progress,
-        |i| plan.cancel(i),
-    )
-    .await?;
+    load::produce_commands(env, codec, n, 0, progress, |i| plan.cancel(i)).await?;
     let (answers, done) = tap.finish(Instant::now() + Duration::from_secs(60)).await?;
     anyhow::ensure!(
         done && answers.accepted == n,
@@ -335,17 +315,8 @@ async fn fire_phase(
         false => None,
     };
     let intake = async {
-        let produced = load::produce_commands(
-            &env.commands,
-            &env.kafka,
-            env.via,
-            codec,
-            n,
-            args.rate,
-            progress,
-            |i| plan.create(i),
-        )
-        .await?;
+        let produced =
+            load::produce_commands(env, codec, n, args.rate, progress, |i| plan.create(i)).await?;
         let (answers, _) = answers.finish(until(last_due + args.timeout_ms)).await?;
         anyhow::Ok((produced, answers))
     };

@@ -9,7 +9,6 @@ use super::load::{self, Produced, Rec};
 use super::observe::Progress;
 use crate::client::assigned_consumer;
 use crate::config::KafkaArgs;
-use crate::kafka;
 use crate::sink::{delivered, enqueue, headers};
 use anyhow::Context;
 use futures::stream::FuturesUnordered;
@@ -62,24 +61,31 @@ pub async fn fill(
     .await
 }
 
-/// Copies the first `n` records of `from` to `to` (key, value, headers), producing with
-/// ktimer's producer settings, and returns once the broker acknowledged all of them.
-pub async fn run(kafka: &KafkaArgs, from: &str, to: &str, n: usize) -> anyhow::Result<()> {
+/// Copies the first `n` records of `from` to `to` (key, value, headers) with `producer`
+/// (ktimer's producer settings, made before: [`load::ready`]), and returns once the
+/// broker acknowledged all of them: when it took the first one from `from`, Unix ms (a
+/// pipe's rate runs from there: not its consumer's start, which ktimer's warm intake
+/// never pays).
+pub async fn run(
+    kafka: &KafkaArgs,
+    producer: &FutureProducer,
+    (from, to): (&str, &str),
+    n: usize,
+) -> anyhow::Result<i64> {
     let consumer: StreamConsumer = assigned_consumer(kafka, &[from.to_string()], true)?;
-    let producer: FutureProducer = kafka::producer(kafka)
-        .create()
-        .context("creating the pipe's producer")?;
     let mut acks = FuturesUnordered::new();
     let mut failed = 0usize;
+    let mut first_ms = None;
     for _ in 0..n {
         let m = consumer.recv().await.context("the pipe's consumer")?;
+        first_ms.get_or_insert_with(crate::now_ms);
         let mut rec = FutureRecord::<[u8], [u8]>::to(to)
             .key(m.key().unwrap_or_default())
             .payload(m.payload().unwrap_or_default());
         if let Some(h) = m.headers() {
             rec = rec.headers(h.detach());
         }
-        let sent = enqueue(&producer, rec)
+        let sent = enqueue(producer, rec)
             .await
             .context("the pipe's producer")?;
         acks.push(delivered(sent));
@@ -91,5 +97,5 @@ pub async fn run(kafka: &KafkaArgs, from: &str, to: &str, n: usize) -> anyhow::R
         failed += usize::from(r.is_err());
     }
     anyhow::ensure!(failed == 0, "the pipe failed to produce {failed} records");
-    Ok(())
+    Ok(first_ms.unwrap_or_else(crate::now_ms))
 }

@@ -48,8 +48,10 @@ pub struct Env {
     pub prefix: Option<String>,
     /// The instances the bench started (none with `--instances 0`).
     pub instances: Instances,
-    /// The run's producer of commands ([`super::load::ready_producer`]).
+    /// The run's producer of commands ([`super::load::ready`]).
     pub commands: rdkafka::producer::FutureProducer,
+    /// The pass-through pipes' producer, with ktimer's settings ([`super::load::ready`]).
+    pub pipe_producer: rdkafka::producer::FutureProducer,
     created: Vec<String>,
 }
 
@@ -149,7 +151,9 @@ impl Env {
             crate::config::Via::Commands => &drive.commands_topic,
             crate::config::Via::DelayTopic => &drive.delay_topic,
         };
-        let commands = super::load::ready_producer(&drive, to).await?;
+        let commands = super::load::ready(super::load::producer(&drive)?, &[to]).await?;
+        let pipe = crate::kafka::producer(&drive).create()?;
+        let pipe_producer = super::load::ready(pipe, &[&pipe_out, &command_pipe.1]).await?;
         let mut env = Env {
             run: run.to_string(),
             kafka: drive,
@@ -166,6 +170,7 @@ impl Env {
             created: names,
             instances: Instances::default(),
             commands,
+            pipe_producer,
         };
         if own {
             env.start(args, &base).await?;
