@@ -73,9 +73,10 @@ pub struct FireReport {
     pub fire_lateness_ms: Percentiles,
     /// Time the bench received the record minus due time.
     pub delivery_lateness_ms: Percentiles,
-    /// Whether commands were applied while timers fired (`--lead-ms` shorter than
-    /// producing them takes, or an intake slower than the lead allowed): the costs below
-    /// are then per timer, its command and its fire, not per fire alone.
+    /// Whether commands were applied while timers fired: `--lead-ms` shorter than
+    /// producing them takes (the span then runs from the first command), or an intake
+    /// slower than the lead allowed (the span from the first due holds the commands
+    /// answered after it). The costs below are then per timer, not per fire alone.
     pub per_timer: bool,
     /// CPU of each Redis primary from the first due (with `per_timer`, from the first
     /// command) to the last fire, per timer fired.
