@@ -123,9 +123,9 @@ async fn fired_shaped(
     progress.phase("baseline", n);
     let payload = vec![b'x'; args.payload_bytes];
     let prefix = format!("b{}-x-", env.run);
-    let producer = load::producer(&env.kafka)?;
+    let producer = &env.commands;
     let to = (env.pipe_in.as_str(), 0);
-    let filled = pipe::fill(&producer, to, n, &prefix, &payload, progress).await?;
+    let filled = pipe::fill(producer, to, n, &prefix, &payload, progress).await?;
     anyhow::ensure!(
         filled.failed == 0,
         "baseline input not produced: {:?}",
@@ -146,9 +146,9 @@ pub async fn command_shaped(
 ) -> anyhow::Result<f64> {
     progress.phase("command baseline", n);
     let (from, to) = (&env.command_pipe.0, &env.command_pipe.1);
-    let producer = load::producer(&env.kafka)?;
+    let producer = &env.commands;
     let topic = env.kafka.commands_topic.as_str();
-    let filled = load::produce(&producer, from, n, 0, progress, |i| {
+    let filled = load::produce(producer, from, n, 0, progress, |i| {
         let cmd = plan.create(i);
         async move {
             let value = codec.encode_command(&cmd, topic).await?;
