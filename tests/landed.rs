@@ -1,13 +1,14 @@
-//! One-shot fires recorded as done by their claim (claim.lua, `rec_claimed`) and
-//! acknowledged by `landed.lua` against a real redis-server, the time as an argument:
-//! they leave what ack.lua leaves for the same fires, also in one call of several
-//! applications; a fire under way refuses commands, a take-over re-drives it, a
-//! checkpoint reads it as its timer before the claim, and an acknowledgement sent again
-//! after the timer was created again changes nothing.
+//! One-shot fires taken as fired by their claim without a write (claim.lua; `rec_view`,
+//! place.lua) and acknowledged by `landed.lua` against a real redis-server, the time as
+//! an argument: their records read what ack.lua leaves for the same fires, also in one
+//! call of several applications; a fire under way refuses commands, a take-over re-drives
+//! it, a checkpoint reads it as its timer before the claim, an acknowledgement sent again
+//! after the timer was created again changes nothing, and the checkpoint deletes the
+//! records once the retention has passed (but not a timer created again).
 
 mod common;
 
-use common::store::{bookkeeping, once_of, op_of, page_ids, stored_bytes, World, T0};
+use common::store::{bookkeeping, once_of, op_of, page_ids, stored_bytes, viewed_bytes, World, T0};
 use ktimer::command::CommandKind;
 use ktimer::store::{Ack, CheckpointPage};
 use ktimer::timer::{ApplyOutcome, Claimed, Fire, TimerState};
@@ -24,7 +25,7 @@ fn produced(fires: &[Fire], at: i64) -> Vec<Ack> {
 }
 
 /// The lean acknowledgements of a claim's fires, produced at `at` (each answered its
-/// record: the claim recorded it as done).
+/// record: the claim took it as fired).
 fn landed(claimed: &Claimed, at: i64) -> Vec<Ack> {
     let one = |f: &Fire| {
         let read = f.record.as_deref().expect("the record the claim read");
@@ -53,10 +54,10 @@ async fn page(w: &World, now: i64) -> CheckpointPage {
     page
 }
 
-/// A fire recorded at its claim and acknowledged by landed.lua leaves byte for byte the
-/// record, and the counts and sets, that ack.lua leaves for the same fire released at its
-/// due in attempt 1: two stores take the same commands, one acknowledges by landed.lua,
-/// the other by ack.lua. Timers whose state was written (due in two hours) and not (due
+/// A fire taken at its claim and acknowledged by landed.lua leaves a record that reads
+/// byte for byte what ack.lua writes, and the counts and sets ack.lua leaves, for the
+/// same fire produced at its due in attempt 1: two stores take the same commands, one
+/// acknowledges by landed.lua, the other by ack.lua; the first writes no record. Timers whose state was written (due in two hours) and not (due
 /// in five seconds); a cancel between the claim and the acknowledgement is refused.
 #[tokio::test]
 async fn a_landed_fire_leaves_what_ack_lua_leaves() {
@@ -77,7 +78,7 @@ async fn a_landed_fire_leaves_what_ack_lua_leaves() {
             assert_eq!(r.outcome, ApplyOutcome::Rejected, "{}", ids[1]);
             assert!(r.reason.contains("under way"), "{}", r.reason);
         }
-        let acks = landed(&a, due + 2);
+        let acks = landed(&a, due);
         for (ack, want) in acks.iter().zip([due > T0 + 60_000; 2]) {
             let Ack::Landed(l) = ack else { unreachable!() };
             assert_eq!(l.written, want, "{}: state written", l.timer_id);
@@ -89,9 +90,13 @@ async fn a_landed_fire_leaves_what_ack_lua_leaves() {
             .unwrap();
         assert_eq!((n_lean, n_lua), (2, 2), "members that were in flight");
         for id in ids {
-            let (s, l) = (stored_bytes(&lean, id), stored_bytes(&by_lua, id));
+            let (s, l) = (viewed_bytes(&lean, id), viewed_bytes(&by_lua, id));
             assert!(!s.is_empty(), "{id}: a record");
-            assert_eq!(s, l, "{id}: the record landed.lua leaves is ack.lua's");
+            assert_eq!(
+                s, l,
+                "{id}: the record landed.lua leaves reads as ack.lua's"
+            );
+            assert_ne!(stored_bytes(&lean, id), l, "{id}: not written");
         }
         assert_eq!(bookkeeping(&lean).await, bookkeeping(&by_lua).await);
     }
@@ -127,24 +132,25 @@ async fn one_landed_call_of_several_applications_leaves_what_ack_lua_leaves() {
         by_lua.claim(later, later).await,
     );
     assert_eq!((a.fires.len(), b.fires.len()), (5, 5));
-    let n_lean = (lean.store)
-        .ack(0, lean.epoch, &landed(&a, later + 2))
-        .await;
+    let n_lean = (lean.store).ack(0, lean.epoch, &landed(&a, later)).await;
     let n_lua = (by_lua.store)
         .ack(0, by_lua.epoch, &produced(&b.fires, later))
         .await;
     assert_eq!((n_lean.unwrap(), n_lua.unwrap()), (5, 5));
     for (id, _, _) in timers {
-        let (s, l) = (stored_bytes(&lean, id), stored_bytes(&by_lua, id));
+        let (s, l) = (viewed_bytes(&lean, id), viewed_bytes(&by_lua, id));
         assert!(!s.is_empty(), "{id}: a record");
-        assert_eq!(s, l, "{id}: the record landed.lua leaves is ack.lua's");
+        assert_eq!(
+            s, l,
+            "{id}: the record landed.lua leaves reads as ack.lua's"
+        );
         let t = lean.store.timer(0, id).await.unwrap().expect(id);
         assert_eq!(t.state, Some(TimerState::Fired), "{id}");
     }
     assert_eq!(bookkeeping(&lean).await, bookkeeping(&by_lua).await);
 }
 
-/// A fire recorded as done by its claim is under way: a cancel, an update and a create
+/// A fire taken as fired by its claim is under way: a cancel, an update and a create
 /// of its timer are refused (nothing could stop it any more); the owner dies before
 /// producing it, and the next owner's take-over re-drives it; acknowledged through
 /// ack.lua in attempt 2, the timer's last fire is that one, and it can be created again.
@@ -290,7 +296,7 @@ async fn a_fire_under_way_that_is_dead_lettered_ends_its_timer_dead_lettered() {
     let claimed = claim(&w, due, due).await;
     assert!(
         claimed.fires[0].record.is_some(),
-        "recorded done at its claim"
+        "taken as fired at its claim"
     );
     let dead = Ack::Produced {
         member: claimed.fires[0].member.clone(),
@@ -309,4 +315,64 @@ async fn a_fire_under_way_that_is_dead_lettered_ends_its_timer_dead_lettered() {
         kept[3].is_empty() && kept[4].is_empty(),
         "deferred, in flight: {kept:?}"
     );
+}
+
+/// Fires acknowledged by landed.lua leave their records unwritten until the retention
+/// (60 s here) has passed: a checkpoint before it deletes nothing and the timer reads
+/// fired, at that fire; the first checkpoint after it deletes the record and empties the
+/// fired set, but leaves a timer created again under the same id meanwhile.
+#[tokio::test]
+async fn a_checkpoint_deletes_unwritten_fired_records_after_the_retention() {
+    let mut w = World::new("landed-sweep").await;
+    let due = T0 + 5_000;
+    for id in ["gone", "again"] {
+        w.apply(once_of("app", id, due), T0).await;
+    }
+    let claimed = claim(&w, due, due).await;
+    assert_eq!(claimed.fires.len(), 2);
+    assert_eq!(
+        w.store
+            .ack(0, w.epoch, &landed(&claimed, due + 3))
+            .await
+            .unwrap(),
+        2
+    );
+    let recreated = w
+        .apply(once_of("app", "again", due + 600_000), due + 10)
+        .await;
+    assert_eq!(
+        recreated.outcome,
+        ApplyOutcome::Accepted,
+        "{}",
+        recreated.reason
+    );
+
+    let _ = page(&w, due + 59_000).await;
+    let t = w
+        .store
+        .timer(0, "gone")
+        .await
+        .unwrap()
+        .expect("kept for the retention");
+    assert_eq!(t.state, Some(TimerState::Fired));
+    let last = format!("{:?}", t.last_fire.expect("a last fire"));
+    assert!(last.contains(&format!("fired_ms: {}", due + 3)), "{last}");
+
+    let _ = page(&w, due + 3 + 60_001).await;
+    assert!(w.store.timer(0, "gone").await.unwrap().is_none(), "deleted");
+    assert!(stored_bytes(&w, "gone").is_empty());
+    let again = w
+        .store
+        .timer(0, "again")
+        .await
+        .unwrap()
+        .expect("created again");
+    assert_eq!(again.state, Some(TimerState::Scheduled));
+    let k = ktimer::store::Keys::new(&w.prefix, "cmds", 0);
+    let left: i64 = redis::cmd("ZCARD")
+        .arg(k.fired())
+        .query_async(&mut w.redis().await)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the fired set emptied");
 }

@@ -50,7 +50,7 @@ local function ack_line(line)
   local t
   if a and not a[REC_K] and a[REC_V] == ver and a[REC_ST] == REC_STATE_CODE.fired
     and redis.call('ZSCORE', KEYS[2], member) then
-    -- Recorded done by its claim (rec_claimed; a fire re-driven after a take-over, or
+    -- Read fired while in flight (rec_view; a fire re-driven after a take-over, or
     -- dead-lettered): decided as a scheduled timer's, its last fire the one given here
     -- (its counts moved at the claim: `_st0` stays fired).
     t = rec_from_raw(id, a, where)

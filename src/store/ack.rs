@@ -86,7 +86,8 @@ impl Store {
         Ok(n)
     }
 
-    /// Takes the fires of `landed` out of flight (landed.lua): how many were in flight.
+    /// Moves the fires of `landed` from the in-flight set to the fired set (landed.lua):
+    /// how many were in flight.
     async fn landed(
         &self,
         partition: i32,
@@ -100,6 +101,7 @@ impl Store {
             .key(k.dirty())
             .key(k.deferred())
             .key(k.acks())
+            .key(k.fired())
             .arg(epoch)
             .arg(k.base());
         // Runs of fires whose states were all written or all not: two values per run.
@@ -107,7 +109,7 @@ impl Store {
             inv.arg(if run[0].written { "1" } else { "" })
                 .arg(run.len());
             for l in run {
-                inv.arg(&l.member).arg(&l.timer_id);
+                inv.arg(&l.member).arg(&l.timer_id).arg(l.fired_ms);
             }
         }
         self.counted("landed", partition, inv).await

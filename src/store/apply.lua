@@ -40,7 +40,7 @@
 -- * a scheduled one-shot timer has exactly one member: its id in the slice of its due
 --   minute, or "version:due:id" in flight; cron members of older versions are dropped
 --   lazily when their minute is claimed; one fired with its member in flight (its fire
---   under way, rec_claimed) refuses every command but a fire, recording none of them;
+--   under way, rec_view) refuses every command but a fire, recording none of them;
 -- * the applied offset only grows; it is the highest offset of the batch once applied;
 -- * a timer belongs to the application that created it (field a): a command of another
 --   application is rejected and changes nothing;
@@ -202,7 +202,7 @@ local function apply_one(a)
     end
   end
   if st == 'fired' and t.k ~= 'c' and t.due and rec_under_way(KEYS[4], id, v, t.due) then
-    -- Its fire was claimed (recorded done, rec_claimed) and will be delivered; until it
+    -- Its fire was claimed (read fired, rec_view) and will be delivered; until it
     -- lands its record is the fire path's (this is no history entry).
     return 'rejected', 'the timer is firing: its fire is under way; send again once delivered', t, true
   end

@@ -14,7 +14,9 @@
 --       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
 --       data, whose states must never reach the state topic: 'fenced'), 10 most bytes of
---       timer states per page (the page ends once its answers reach them)
+--       timer states per page (the page ends once its answers reach them), 11 retention
+--       ms (fires delivered longer ago leave the fired set, their unwritten records
+--       deleted: at most SWEEP per call)
 -- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
 -- counter, applied offset (when the watermark was read), m, m in-flight members, then
 -- per timer: id, n, n field/value pairs}; left is the number of timers still dirty (a
@@ -85,7 +87,7 @@ end
 
 rec_init(ARGV[2], 0)
 -- Raw record `a` of timer `id` as a checkpoint reads it: a one-shot fire under way
--- (recorded done by its claim, rec_claimed, not yet acknowledged) reads as its timer
+-- (read fired while in flight, rec_view, not yet acknowledged) reads as its timer
 -- before the claim, scheduled, so no state says done before the fire is acknowledged.
 local function before_claim(id, a)
   if a and a[REC_ST] == REC_STATE_CODE.fired and not a[REC_K]
@@ -269,6 +271,40 @@ if want > 0 then
     redis.call('ZADD', KEYS[7], 'LT', unpack(by_first, j, math.min(j + 999, #by_first)))
   end
 end
+
+-- The fired set's fires delivered more than the retention ago (place.lua, rec_view): the
+-- records still as the claim read them (scheduled, at the member's version and due) are
+-- deleted, as a written done record would have expired; any other (written since, or
+-- created again) is left as it is.
+local SWEEP = 256
+assert(REC_V == 1 and REC_ST == 2 and REC_DUE == 5)
+local function sweep()
+  local old = redis.call('ZRANGEBYSCORE', REC.base .. 'fired', '-inf', now - tonumber(ARGV[11]),
+    'LIMIT', 0, SWEEP)
+  if #old == 0 then
+    return
+  end
+  local keys, vd = {}, {}
+  for i, m in ipairs(old) do
+    local v, due, id = string.match(m, '^(%d+):(%d+):(.*)$')
+    keys[i], vd[i] = REC.base .. 't:' .. id, {tonumber(v), tonumber(due)}
+  end
+  local recs, gone = redis.call('MGET', unpack(keys)), {}
+  for i, s in ipairs(recs) do
+    local head = s and string.byte(s, 1)
+    if head and head >= 0x95 and head <= 0x9f then
+      local _, v, st, _, k, due = cmsgpack.unpack_limit(s, 5, 1)
+      if st == 1 and not k and v == vd[i][1] and due == vd[i][2] then
+        gone[#gone + 1] = keys[i]
+      end
+    end
+  end
+  if #gone > 0 then
+    redis.call('DEL', unpack(gone))
+  end
+  redis.call('ZREMRANGEBYRANK', REC.base .. 'fired', 0, #old - 1)
+end
+sweep()
 
 local applied = tonumber(redis.call('GET', KEYS[6]) or '-1')
 local reflected = applied

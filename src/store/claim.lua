@@ -14,9 +14,10 @@
 -- vanished, full, n, k, member, definition, record, ..., then n pairs of application
 -- and parked members due left, then k pairs of definition prefix number and prefix},
 -- or {'fenced'}; a member is the in-flight member "version:due:id"; `record` is the
--- packed record of a one-shot timer as read from its own key, up to SWAP_MAX bytes, and
--- says the claim recorded the fire as done (rec_claimed, place.lua: the acknowledgement
--- only takes it out of flight, landed.lua); '' for others (ack.lua decides); with a
+-- packed record of a one-shot timer as read from its own key, up to REC_SWAP_MAX bytes,
+-- and says the claim took the fire as fired without writing its record (rec_view,
+-- place.lua: it reads fired from now on; the acknowledgement moves it from the in-flight
+-- set to the fired set, landed.lua); '' for others (ack.lua decides); with a
 -- record, `definition` is '': the definition is the record's (src/store/record.rs),
 -- its prefix among the k pairs, so Redis neither joins nor sends it a second time;
 -- `vanished` counts slice members whose timer record was gone (evicted, or deleted
@@ -44,10 +45,7 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
 rec_init(ARGV[5], ARGV[8], KEYS[7])
--- The largest record answered (and recorded done at the claim): a larger one (a large
--- payload) would be held beside its definition and sent back; ack.lua decides for it.
-local SWAP_MAX = 1024
-local upto, now = tonumber(ARGV[2]), tonumber(ARGV[7])
+local upto = tonumber(ARGV[2])
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
 -- Set while parked members are taken: a parked cron occurrence was on time when it was
@@ -148,21 +146,21 @@ local function one_shot_flight(v, due, id)
   return f, string.sub(f, string.find(f, ':', 1, true) + 1, #f - #id - 1)
 end
 
--- Fires recorded done per application (their counts move once per application), and the
+-- Fires taken as fired per application (their counts move once per application), and the
 -- application of each definition prefix met (number to name).
 local claimed_n, app_by_dp = {}, {}
 
 -- The lean take of one-shot member `member` of minute `m` whose own key `key` holds `s`
 -- (the hot path: no application paced, no replay fence): reads the record's first six
--- fields and its definition's prefix number, and records the fire as done from the
--- record's bytes (rec_claimed_bytes). Answers what take answers (the definition is the
--- record's: ''), nil when it does not fire, or false when the full take decides (no own
--- key, a record over SWAP_MAX or with a last fire, a definition without a prefix).
+-- fields and its definition's prefix number, and writes nothing (rec_view). Answers what
+-- take answers (the definition is the record's: ''), nil when it does not fire, or false
+-- when the full take decides (no own key, a record over REC_SWAP_MAX or with a last
+-- fire, a definition without a prefix).
 assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6
   and REC_D == 7 and REC_LX == 10)
-local function take_lean(member, m, key, s)
+local function take_lean(member, m, s)
   local head = s and string.byte(s, 1)
-  if not s or #s > SWAP_MAX or head < 0x97 or head > 0x99 then
+  if not s or #s > REC_SWAP_MAX or head < 0x97 or head > 0x99 then
     return false
   end
   -- (unpack_limit: objects from a 0-based offset; answers the offset after them, or -1.)
@@ -181,7 +179,6 @@ local function take_lean(member, m, key, s)
     app_by_dp[n] = app
   end
   claimed_n[app] = (claimed_n[app] or 0) + 1
-  redis.call('SET', key, rec_claimed_bytes(s, due, now), 'PX', REC.retention)
   local f, score = one_shot_flight(v, due, member)
   return f, '', s, score
 end
@@ -195,14 +192,13 @@ local function take(member, m, score)
     -- A one-shot timer: read raw, its own key once.
     local own
     if not pacing and not fence_a then
-      local key = REC.base .. 't:' .. member
-      own = redis.call('GET', key)
-      local f, def, rec, fscore = take_lean(member, m, key, own)
+      own = redis.call('GET', REC.base .. 't:' .. member)
+      local f, def, rec, fscore = take_lean(member, m, own)
       if f ~= false then
         return f, def, rec, fscore
       end
     end
-    local a, where, s = rec_raw(member, own)
+    local a, where, s = rec_raw(member, own, true)
     if not a then
       vanished = vanished + 1
       return nil
@@ -226,13 +222,15 @@ local function take(member, m, score)
       if app then
         took(app)
       end
-      -- Recorded done now (a parked fire, which may wait for its pace, stays scheduled).
-      if s and #s <= SWAP_MAX and not from_park then
+      -- Taken as fired (rec_view; a parked fire, which may wait for its pace, stays
+      -- scheduled: take_all marks its in-flight score).
+      if s and #s <= REC_SWAP_MAX and not from_park then
         local d = a[REC_D]
         if type(d) == 'table' then
           prefixes[d[1]] = true
         end
-        rec_claimed(member, a, due, now)
+        app = app or rec_app_raw(a)
+        claimed_n[app] = (claimed_n[app] or 0) + 1
         return f, '', s, fscore
       end
       return f, rec_def(a[REC_D]), '', fscore
@@ -300,7 +298,8 @@ local function take_all(items, key, m)
       not m and score or nil)
     if member then
       bytes_left = bytes_left - #def - #rec
-      flight[#flight + 1] = fscore
+      -- (A parked fire's score is its due plus 0.5: not taken as fired, rec_view.)
+      flight[#flight + 1] = from_park and fscore .. '.5' or fscore
       flight[#flight + 1] = member
       out[#out + 1] = member
       out[#out + 1] = def

@@ -56,6 +56,12 @@ impl Keys {
     pub fn inflight(&self) -> String {
         self.key("inflight")
     }
+    /// One-shot fires delivered whose records were not written (zset of in-flight
+    /// members by when they were produced): those records read fired (`rec_view`,
+    /// place.lua) until the checkpoint deletes them after the retention.
+    pub fn fired(&self) -> String {
+        self.key("fired")
+    }
     /// Scheduled cron timers by when their window must be extended (zset).
     pub fn cron(&self) -> String {
         self.key("cron")

@@ -1,50 +1,66 @@
--- Acknowledges delivered one-shot fires whose claim recorded them as done (claim.lua
--- answered their record; rec_claimed, place.lua): the fire path's lean acknowledgement,
--- which touches no timer's key. Each fire leaves the in-flight set, and its timer the
--- deferred set (its state was never written) or enters the dirty set scored REC_TOMB
--- (it owes a tombstone, record.lua). A fire no longer in flight (an acknowledgement sent
--- again after a lost reply) is bookkept again only while its timer is still done at its
--- version: it may have been created again since.
+-- Acknowledges delivered one-shot fires that the claim took as fired without writing
+-- their records (claim.lua answered their record; rec_view, place.lua): the fire path's
+-- lean acknowledgement, which writes no timer's key. Each fire moves from the in-flight
+-- set to the fired set, scored by when it was produced (its record reads fired with that
+-- last fire until the checkpoint deletes it after the retention, checkpoint.lua), and
+-- its timer leaves the deferred set (its state was never written) or enters the dirty
+-- set scored REC_TOMB (it owes a tombstone, record.lua). A fire no longer in flight (an
+-- acknowledgement sent again after a lost reply) is bookkept again only while its timer
+-- still reads fired at its version: it may have been created again since.
 -- KEYS: 1 epoch, 2 in-flight set, 3 dirty set, 4 deferred (by first offset),
---       5 acknowledgement counter
+--       5 acknowledgement counter, 6 fired set
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), then groups of fires
 --       whose states were all written or all not: '1' when written (else ''), the number
---       of fires n, then per fire its in-flight member and its timer id
--- Returns the number of members removed, or -1 when fenced.
+--       of fires n, then per fire its in-flight member, its timer id and when it was
+--       produced (ms)
+-- Returns the number of members that were in flight, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
 redis.call('INCR', KEYS[5])
--- The fires: members, timer ids and whether their states were written.
-local members, ids, written = {}, {}, {}
+rec_init(ARGV[2], 0)
+-- The fires: members, timer ids, when produced and whether their states were written.
+local members, ids, at, written = {}, {}, {}, {}
 local g = 3
 while g <= #ARGV do
   local w, n = ARGV[g] == '1', tonumber(ARGV[g + 1])
-  for i = g + 2, g + 2 * n, 2 do
-    members[#members + 1], ids[#ids + 1], written[#written + 1] = ARGV[i], ARGV[i + 1], w
+  for i = g + 2, g + 3 * n, 3 do
+    local j = #members + 1
+    members[j], ids[j], at[j], written[j] = ARGV[i], ARGV[i + 1], ARGV[i + 2], w
   end
-  g = g + 2 + 2 * n
+  g = g + 2 + 3 * n
 end
-local removed = 0
+-- Which were in flight: those move to the fired set (one call each way per 1,000).
+local flying, fired, gone = {}, {}, {}
 for i = 1, #members, 1000 do
-  removed = removed + redis.call('ZREM', KEYS[2], unpack(members, i, math.min(i + 999, #members)))
-end
--- Whether the fire of in-flight member `m` of timer `id` left its timer done (fired) at
--- the member's version (read only when some fire of the call was no longer in flight).
-assert(REC_V == 1 and REC_ST == 2)
-local function still_done(id, m)
-  local s = redis.call('GET', ARGV[2] .. 't:' .. id)
-  local head = s and string.byte(s, 1)
-  if not head or head < 0x92 or head > 0x9f then
-    return false
+  local last = math.min(i + 999, #members)
+  local scores = redis.call('ZMSCORE', KEYS[2], unpack(members, i, last))
+  for j = i, last do
+    if scores[j - i + 1] then
+      flying[j] = true
+      gone[#gone + 1] = members[j]
+      fired[#fired + 1] = at[j]
+      fired[#fired + 1] = members[j]
+    end
   end
-  local _, v, st = cmsgpack.unpack_limit(s, 2, 1)
-  return st == REC_STATE_CODE.fired and v == tonumber(string.match(m, '^(%d+):'))
 end
-local all = removed == #members
+for i = 1, #gone, 1000 do
+  redis.call('ZREM', KEYS[2], unpack(gone, i, math.min(i + 999, #gone)))
+end
+for i = 1, #fired, 2000 do
+  redis.call('ZADD', KEYS[6], unpack(fired, i, math.min(i + 1999, #fired)))
+end
+-- Whether fire `m` of timer `id`, no longer in flight, still leaves its timer reading
+-- fired at the member's version (rec_view).
+assert(REC_V == 1 and REC_ST == 2)
+local function still_fired(id, m)
+  local a = rec_raw(id)
+  return a ~= nil and a[REC_ST] == REC_STATE_CODE.fired
+    and a[REC_V] == tonumber(string.match(m, '^(%d+):'))
+end
 local dirty, undefer = {}, {}
 for j = 1, #members do
-  if all or still_done(ids[j], members[j]) then
+  if flying[j] or still_fired(ids[j], members[j]) then
     if written[j] then
       dirty[#dirty + 1] = REC_TOMB
       dirty[#dirty + 1] = ids[j]
@@ -59,4 +75,4 @@ end
 for i = 1, #undefer, 1000 do
   redis.call('ZREM', KEYS[4], unpack(undefer, i, math.min(i + 999, #undefer)))
 end
-return removed
+return #gone

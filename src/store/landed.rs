@@ -1,13 +1,14 @@
-//! The lean acknowledgement of a delivered one-shot fire whose claim recorded it as done
-//! (`claim.lua` answered the record it read; `rec_claimed`, place.lua, wrote the done
-//! record while it held the key): the fire leaves the in-flight set, and its timer the
-//! deferred set, or enters the dirty set owing a tombstone when a state of it was written
-//! (`landed.lua`). No timer's key is read or written, nothing is decoded in Redis.
+//! The lean acknowledgement of a delivered one-shot fire whose claim took it as fired
+//! without writing its record (`claim.lua` answered the record it read; `rec_view`,
+//! place.lua, reads such a record fired): the fire moves from the in-flight set to the
+//! fired set, and its timer leaves the deferred set, or enters the dirty set owing a
+//! tombstone when a state of it was written (`landed.lua`). No timer's key is written,
+//! nothing is decoded in Redis.
 //!
-//! Invariant: the claim answers a one-shot fire's record exactly when it recorded the fire
-//! as done; every other fire is acknowledged through `ack.lua`, which decides from the
-//! record (also for a fire the claim recorded, re-driven or dead-lettered: its last fire
-//! then becomes the one given).
+//! Invariant: the claim answers a one-shot fire's record exactly when it took the fire as
+//! fired; every other fire is acknowledged through `ack.lua`, which decides from the
+//! record (also for a fire the claim took, re-driven or dead-lettered: its record is then
+//! written, its last fire the one given).
 
 use super::record::{items, P};
 use crate::timer::Fire;
@@ -21,7 +22,8 @@ pub struct Landed {
     pub timer_id: String,
     /// Whether a state of the timer was written (it owes a tombstone).
     pub written: bool,
-    /// When it was produced, Unix epoch ms (for `ack.lua`, should it decide instead).
+    /// When it was produced, Unix epoch ms: its score in the fired set (its last fire's
+    /// time), and for `ack.lua`, should it decide instead.
     pub fired_ms: i64,
     /// In which delivery attempt.
     pub attempt: i32,

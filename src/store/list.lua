@@ -93,7 +93,8 @@ repeat
   for _, key in ipairs(r[2]) do
     local s = redis.call('GET', key)
     if s then
-      consider(string.sub(key, skip + 1), cmsgpack.unpack(s))
+      local id = string.sub(key, skip + 1)
+      consider(id, rec_view(id, cmsgpack.unpack(s), s))
     end
   end
 until c == '0' or found >= want or seen >= budget or steps >= 50

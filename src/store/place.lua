@@ -80,18 +80,67 @@ local function rec_slice_next(index, prefix, upto)
   return redis.call('ZCARD', index) > 0 and upto or ''
 end
 
+-- The largest record a claim answers (and so records as fired, below): a larger one
+-- (a large payload) is held beside its definition and sent back; ack.lua decides for it.
+local REC_SWAP_MAX = 1024
+
+-- The last fire of a one-shot fire due `due` delivered at `at` (ms), attempt 1.
+local function rec_claimed_fire(due, at)
+  return {HIST_FIRE, math.max(due, at), due, 1, HIST_OUTCOMES.delivered}
+end
+
+-- Implied fires. A claim writes nothing to a one-shot timer whose record it answers
+-- (from its own key, up to REC_SWAP_MAX bytes, not a parked fire: claim.lua); its record
+-- stays as it was, scheduled, and is *read* as fired (rec_view) while its in-flight
+-- member `v:due:id` is in the in-flight set (the fire is under way: it is delivered
+-- whatever comes, commands are refused, a checkpoint reads the timer as before the claim)
+-- or in the fired set `BASE fired` (landed.lua: delivered, scored by when). Every reader
+-- goes through rec_raw, so every script sees what a written done record would say; the
+-- first write of the timer writes it so (and it then expires after the retention). The
+-- checkpoint deletes the records the fired set holds once the retention has passed
+-- (checkpoint.lua). A parked fire's in-flight score is its due plus 0.5: its record is
+-- not read as fired (it stays scheduled until ack.lua writes it).
+
+-- Raw record `a` (packed `s`) of one-shot timer `id` read as what its fire made it:
+-- fired (its last fire the delivered one), when its fire was claimed as above; else `a`.
+local function rec_view(id, a, s)
+  if a[REC_ST] ~= 1 or a[REC_K] or not a[REC_DUE] then
+    return a
+  end
+  local due = a[REC_DUE]
+  local m = string.format('%d:%d:%s', a[REC_V], due, id)
+  local at = redis.call('ZSCORE', REC.base .. 'fired', m)
+  if not at then
+    local f = #s <= REC_SWAP_MAX and redis.call('ZSCORE', REC.base .. 'inflight', m)
+    if not f or string.find(f, '.', 1, true) then
+      return a
+    end
+    at = due
+  end
+  for i = #a + 1, REC_LX - 1 do
+    a[i] = false
+  end
+  a[REC_ST], a[REC_LX] = REC_STATE_CODE.fired, cmsgpack.pack(rec_claimed_fire(due, tonumber(at)))
+  return a
+end
+
 -- The fire path's fast read of timer `id`: its packed array (positions above; the state
 -- as its code, a one-shot kind as false) and where it is ('own' or 'bucket'); nil when
 -- Redis has no record of it. No field table is built. From its own key, the packed
 -- record follows (third value). `own`: the own key's value when the caller read it
--- already (false: none), so it is not read twice.
-local function rec_raw(id, own)
+-- already (false: none), so it is not read twice. `stored`: the record as stored, not
+-- as its fire made it (rec_view; only the claim, which takes fires, reads it so).
+local function rec_raw(id, own, stored)
   local s = own
   if s == nil then
     s = redis.call('GET', REC.base .. 't:' .. id)
   end
   if s then
-    return cmsgpack.unpack(s), 'own', s
+    local a = cmsgpack.unpack(s)
+    if stored then
+      return a, 'own', s
+    end
+    return rec_view(id, a, s), 'own', s
   end
   s = redis.call('HGET', REC.bucket, id)
   if s then
@@ -120,43 +169,16 @@ local function rec_done_raw(id, app, a, where, st, fire)
   redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
 end
 
--- The last fire a claim records for a one-shot fire due `due` claimed at `now` (ms).
-local function rec_claimed_fire(due, now)
-  return {HIST_FIRE, math.max(due, now), due, 1, HIST_OUTCOMES.delivered}
-end
-
--- The bytes of the MessagePack unsigned integer whose first byte is `b` (a positive
--- fixint, or a uint of 1, 2, 4 or 8 bytes after its marker); nil for anything else.
+-- The MessagePack unsigned integer whose first byte is `b` (a positive fixint, or a
+-- uint of 1, 2, 4 or 8 bytes after its marker): its bytes; nil for anything else.
 local function rec_uint_width(b)
   return (b < 0x80 and 1) or (b == 0xcc and 2) or (b == 0xcd and 3) or (b == 0xce and 5)
     or (b == 0xcf and 9) or nil
 end
 
--- The fire of one-shot timer `id` (raw record `a`, from its own key), due `due` ms, was
--- claimed at `now` ms: its record becomes done (fired, its last fire released at
--- max(due, now), attempt 1) now, while the claim holds its key, so the acknowledgement
--- only takes it out of flight (landed.lua). Until then the fire is under way: it is
--- delivered whatever comes (a take-over re-drives it, recover.lua), commands are refused
--- (apply.lua) and a checkpoint reads the timer as it was before the claim (checkpoint.lua).
-local function rec_claimed(id, a, due, now)
-  rec_done_raw(id, rec_app_raw(a), a, 'own', 'fired', rec_claimed_fire(due, now))
-end
-
--- What rec_claimed writes, from packed record `s` of a scheduled one-shot timer of 7 to
--- 9 fields (no last fire yet) without decoding it (the claim's hot path, claim.lua;
--- tests/landed.rs holds the two equal): the state byte set to fired (v's width puts it
--- at `at`), the fields missing up to the last fire false (0xc2), the fire as the last fire.
--- (Positions asserted by claim.lua: a library's top level has no assert.)
-local function rec_claimed_bytes(s, due, now)
-  local at = 2 + rec_uint_width(string.byte(s, 2))
-  local lx = cmsgpack.pack(rec_claimed_fire(due, now))
-  return '\154' .. string.sub(s, 2, at - 1) .. '\3' .. string.sub(s, at + 1)
-    .. string.rep('\194', 0x99 - string.byte(s, 1)) .. string.char(0xa0 + #lx) .. lx
-end
-
 -- Whether one-shot timer `id` at version `v` has its fire due `due` claimed and not yet
--- acknowledged (`inflight`: the partition's in-flight set): a done record then tells of
--- a fire under way (rec_claimed).
+-- acknowledged (`inflight`: the partition's in-flight set): a record read as fired then
+-- tells of a fire under way (rec_view).
 local function rec_under_way(inflight, id, v, due)
   return redis.call('ZSCORE', inflight, string.format('%d:%d:%s', v, due, id)) ~= false
 end

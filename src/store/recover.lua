@@ -22,7 +22,7 @@ for i = 6, #ARGV do
     local id = string.sub(member, c2 + 1)
     local t = rec_get(id)
     -- 'completed': the last fire of a cron timer was acknowledged before earlier ones;
-    -- 'fired' (a one-shot timer): recorded done by its claim (rec_claimed, place.lua).
+    -- 'fired' (a one-shot timer): read fired while in flight (rec_view, place.lua).
     local keep = t and t.v == string.sub(member, 1, c1 - 1) and (t.st == 'scheduled'
       or t.st == 'completed' or (t.st == 'fired' and t.k ~= 'c'))
     -- An extra fire (FIRE_NOW, a negative version) is re-driven whatever the state.

@@ -162,7 +162,8 @@ impl Store {
             .arg(DEFER_MS)
             .arg(DEFER_GRACE_MS)
             .arg(floor)
-            .arg(PAGE_BYTES);
+            .arg(PAGE_BYTES)
+            .arg(self.retention_ms);
         let mut p = redis::pipe();
         inv.add_to(&mut p);
         let (reply,): (Vec<Value>,) = self.run("checkpoint", &p).await?;

@@ -147,6 +147,17 @@ pub fn stored_bytes(w: &World, id: &str) -> Vec<u8> {
     bytes(&v)
 }
 
+/// The record of timer `id` as every script reads it (`rec_raw`: a fire taken by its
+/// claim makes it read fired), packed again; empty when Redis has none.
+pub fn viewed_bytes(w: &World, id: &str) -> Vec<u8> {
+    let v = records_lua(
+        w,
+        id,
+        "local a = rec_raw(ARGV[1]) if a then return cmsgpack.pack(a) end return ''",
+    );
+    bytes(&v)
+}
+
 /// A string reply as bytes.
 pub fn bytes(v: &redis::Value) -> Vec<u8> {
     redis::from_redis_value(v.clone()).expect("a string")
