@@ -86,7 +86,7 @@ impl Store {
         Ok(n)
     }
 
-    /// Moves the fires of `landed` from the in-flight set to the fired set (landed.lua):
+    /// Moves the fires of `landed` from the in-flight set to the fired hash (landed.lua):
     /// how many were in flight.
     async fn landed(
         &self,
@@ -102,6 +102,7 @@ impl Store {
             .key(k.deferred())
             .key(k.acks())
             .key(k.fired())
+            .key(k.fired_queue())
             .arg(epoch)
             .arg(k.base());
         // Runs of fires whose states were all written or all not: two values per run.

@@ -15,8 +15,8 @@
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
 --       data, whose states must never reach the state topic: 'fenced'), 10 most bytes of
 --       timer states per page (the page ends once its answers reach them), 11 retention
---       ms (fires delivered longer ago leave the fired set, their unwritten records
---       deleted: at most SWEEP per call)
+--       ms (fires landed longer ago leave the fired hash, their unwritten records
+--       deleted: about SWEEP per call)
 -- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
 -- counter, applied offset (when the watermark was read), m, m in-flight members, then
 -- per timer: id, n, n field/value pairs}; left is the number of timers still dirty (a
@@ -272,25 +272,22 @@ if want > 0 then
   end
 end
 
--- The fired set's fires delivered more than the retention ago (place.lua, rec_view): the
--- records still as the claim read them (scheduled, at the member's version and due) are
--- deleted, as a written done record would have expired; any other (written since, or
--- created again) is left as it is.
-local SWEEP = 256
+-- The fires that landed more than the retention ago (landed.lua; place.lua, rec_view),
+-- from the head of the fired queue, up to SWEEP per call: the records still as the claim
+-- read them (scheduled, at the member's version and due) are deleted, as a written done
+-- record would have expired; any other (written since, or created again) is left.
+local SWEEP = 512
 assert(REC_V == 1 and REC_ST == 2 and REC_DUE == 5)
-local function sweep()
-  local old = redis.call('ZRANGEBYSCORE', REC.base .. 'fired', '-inf', now - tonumber(ARGV[11]),
-    'LIMIT', 0, SWEEP)
-  if #old == 0 then
-    return
-  end
+-- Sweeps members `first` to `last` of a fired queue's entry `members`.
+local function sweep_members(members, first, last)
   local keys, vd = {}, {}
-  for i, m in ipairs(old) do
-    local v, due, id = string.match(m, '^(%d+):(%d+):(.*)$')
-    keys[i], vd[i] = REC.base .. 't:' .. id, {tonumber(v), tonumber(due)}
+  for i = first, last do
+    local v, due, id = string.match(members[i], '^(%d+):(%d+):(.*)$')
+    local j = #keys + 1
+    keys[j], vd[j] = REC.base .. 't:' .. id, {tonumber(v), tonumber(due)}
   end
-  local recs, gone = redis.call('MGET', unpack(keys)), {}
-  for i, s in ipairs(recs) do
+  local gone = {}
+  for i, s in ipairs(redis.call('MGET', unpack(keys))) do
     local head = s and string.byte(s, 1)
     if head and head >= 0x95 and head <= 0x9f then
       local _, v, st, _, k, due = cmsgpack.unpack_limit(s, 5, 1)
@@ -302,7 +299,22 @@ local function sweep()
   if #gone > 0 then
     redis.call('DEL', unpack(gone))
   end
-  redis.call('ZREMRANGEBYRANK', REC.base .. 'fired', 0, #old - 1)
+  redis.call('HDEL', REC.base .. 'fired', unpack(members, first, last))
+end
+local function sweep()
+  local queue, swept = REC.base .. 'firedq', 0
+  while swept < SWEEP do
+    local head = redis.call('LINDEX', queue, 0)
+    local members = head and cmsgpack.unpack(head)
+    if not members or members[1] > now - tonumber(ARGV[11]) then
+      return
+    end
+    redis.call('LPOP', queue)
+    for i = 2, #members, 1000 do
+      sweep_members(members, i, math.min(i + 999, #members))
+    end
+    swept = swept + #members - 1
+  end
 end
 sweep()
 

@@ -56,11 +56,16 @@ impl Keys {
     pub fn inflight(&self) -> String {
         self.key("inflight")
     }
-    /// One-shot fires delivered whose records were not written (zset of in-flight
-    /// members by when they were produced): those records read fired (`rec_view`,
-    /// place.lua) until the checkpoint deletes them after the retention.
+    /// One-shot fires delivered whose records were not written (hash: in-flight member
+    /// to when it was produced): those records read fired (`rec_view`, place.lua) until
+    /// the checkpoint deletes them after the retention.
     pub fn fired(&self) -> String {
         self.key("fired")
+    }
+    /// The members of [`Keys::fired`] in the order they landed (list: one packed entry
+    /// per `landed.lua` call, its latest time first), which the checkpoint takes.
+    pub fn fired_queue(&self) -> String {
+        self.key("firedq")
     }
     /// Scheduled cron timers by when their window must be extended (zset).
     pub fn cron(&self) -> String {

@@ -94,11 +94,11 @@ end
 -- stays as it was, scheduled, and is *read* as fired (rec_view) while its in-flight
 -- member `v:due:id` is in the in-flight set (the fire is under way: it is delivered
 -- whatever comes, commands are refused, a checkpoint reads the timer as before the claim)
--- or in the fired set `BASE fired` (landed.lua: delivered, scored by when). Every reader
+-- or in the fired hash `BASE fired` (landed.lua: delivered, the value when). Every reader
 -- goes through rec_raw, so every script sees what a written done record would say; the
 -- first write of the timer writes it so (and it then expires after the retention). The
--- checkpoint deletes the records the fired set holds once the retention has passed
--- (checkpoint.lua). A parked fire's in-flight score is its due plus 0.5: its record is
+-- checkpoint deletes the records the fired hash holds once the retention has passed
+-- (checkpoint.lua, in the order of the fired queue `BASE firedq`). A parked fire's in-flight score is its due plus 0.5: its record is
 -- not read as fired (it stays scheduled until ack.lua writes it).
 
 -- Raw record `a` (packed `s`) of one-shot timer `id` read as what its fire made it:
@@ -109,7 +109,7 @@ local function rec_view(id, a, s)
   end
   local due = a[REC_DUE]
   local m = string.format('%d:%d:%s', a[REC_V], due, id)
-  local at = redis.call('ZSCORE', REC.base .. 'fired', m)
+  local at = redis.call('HGET', REC.base .. 'fired', m)
   if not at then
     local f = #s <= REC_SWAP_MAX and redis.call('ZSCORE', REC.base .. 'inflight', m)
     if not f or string.find(f, '.', 1, true) then
