@@ -86,7 +86,7 @@ impl Store {
         Ok(n)
     }
 
-    /// Moves the fires of `landed` from the in-flight set to the fired hash (landed.lua):
+    /// Takes the fires of `landed` out of flight, their records unwritten (landed.lua):
     /// how many were in flight.
     async fn landed(
         &self,
@@ -101,10 +101,10 @@ impl Store {
             .key(k.dirty())
             .key(k.deferred())
             .key(k.acks())
-            .key(k.fired())
             .key(k.fired_queue())
             .arg(epoch)
-            .arg(k.base());
+            .arg(k.base())
+            .arg(self.retention_ms);
         // Runs of fires whose states were all written or all not: two values per run.
         for run in landed.chunk_by(|a, b| a.written == b.written) {
             inv.arg(if run[0].written { "1" } else { "" })

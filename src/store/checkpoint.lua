@@ -15,8 +15,8 @@
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
 --       data, whose states must never reach the state topic: 'fenced'), 10 most bytes of
 --       timer states per page (the page ends once its answers reach them), 11 retention
---       ms (fires landed longer ago leave the fired hash, their unwritten records
---       deleted: about SWEEP per call)
+--       ms (the unwritten records of fires landed longer ago are deleted, about SWEEP
+--       per call: the fired queue)
 -- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
 -- counter, applied offset (when the watermark was read), m, m in-flight members, then
 -- per timer: id, n, n field/value pairs}; left is the number of timers still dirty (a
@@ -273,9 +273,10 @@ if want > 0 then
 end
 
 -- The fires that landed more than the retention ago (landed.lua; place.lua, rec_view),
--- from the head of the fired queue, up to SWEEP per call: the records still as the claim
--- read them (scheduled, at the member's version and due) are deleted, as a written done
--- record would have expired; any other (written since, or created again) is left.
+-- from the head of the fired queue, about SWEEP per call: the records still as the claim
+-- read them (scheduled, at the member's version and due, out of their slice) are
+-- deleted, as a written done record would have expired; any other (written since, or
+-- created again) is left.
 local SWEEP = 512
 assert(REC_V == 1 and REC_ST == 2 and REC_DUE == 5)
 -- Sweeps members `first` to `last` of a fired queue's entry `members`.
@@ -284,14 +285,15 @@ local function sweep_members(members, first, last)
   for i = first, last do
     local v, due, id = string.match(members[i], '^(%d+):(%d+):(.*)$')
     local j = #keys + 1
-    keys[j], vd[j] = REC.base .. 't:' .. id, {tonumber(v), tonumber(due)}
+    keys[j], vd[j] = REC.base .. 't:' .. id, {tonumber(v), tonumber(due), id}
   end
   local gone = {}
   for i, s in ipairs(redis.call('MGET', unpack(keys))) do
     local head = s and string.byte(s, 1)
     if head and head >= 0x95 and head <= 0x9f then
       local _, v, st, _, k, due = cmsgpack.unpack_limit(s, 5, 1)
-      if st == 1 and not k and v == vd[i][1] and due == vd[i][2] then
+      if st == 1 and not k and v == vd[i][1] and due == vd[i][2]
+        and not redis.call('ZSCORE', ARGV[3] .. string.format('%d', math.floor(due / 60000)), vd[i][3]) then
         gone[#gone + 1] = keys[i]
       end
     end
@@ -299,7 +301,6 @@ local function sweep_members(members, first, last)
   if #gone > 0 then
     redis.call('DEL', unpack(gone))
   end
-  redis.call('HDEL', REC.base .. 'fired', unpack(members, first, last))
 end
 local function sweep()
   local queue, swept = REC.base .. 'firedq', 0

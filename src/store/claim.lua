@@ -16,8 +16,8 @@
 -- or {'fenced'}; a member is the in-flight member "version:due:id"; `record` is the
 -- packed record of a one-shot timer as read from its own key, up to REC_SWAP_MAX bytes,
 -- and says the claim took the fire as fired without writing its record (rec_view,
--- place.lua: it reads fired from now on; the acknowledgement moves it from the in-flight
--- set to the fired hash, landed.lua); '' for others (ack.lua decides); with a
+-- place.lua: it reads fired from now on; the acknowledgement takes it out of flight,
+-- landed.lua); '' for others (ack.lua decides); with a
 -- record, `definition` is '': the definition is the record's (src/store/record.rs),
 -- its prefix among the k pairs, so Redis neither joins nor sends it a second time;
 -- `vanished` counts slice members whose timer record was gone (evicted, or deleted

@@ -56,14 +56,10 @@ impl Keys {
     pub fn inflight(&self) -> String {
         self.key("inflight")
     }
-    /// One-shot fires delivered whose records were not written (hash: in-flight member
-    /// to when it was produced): those records read fired (`rec_view`, place.lua) until
-    /// the checkpoint deletes them after the retention.
-    pub fn fired(&self) -> String {
-        self.key("fired")
-    }
-    /// The members of [`Keys::fired`] in the order they landed (list: one packed entry
-    /// per `landed.lua` call, its latest time first), which the checkpoint takes.
+    /// One-shot fires delivered whose records were not written (`rec_view`, place.lua:
+    /// they read fired), in the order they landed (list: one packed entry per
+    /// `landed.lua` call, its latest time then its in-flight members): the checkpoint
+    /// deletes those records once the retention has passed.
     pub fn fired_queue(&self) -> String {
         self.key("firedq")
     }

@@ -1,7 +1,7 @@
 //! The lean acknowledgement of a delivered one-shot fire whose claim took it as fired
 //! without writing its record (`claim.lua` answered the record it read; `rec_view`,
 //! place.lua, reads such a record fired): the fire moves from the in-flight set to the
-//! fired hash, and its timer leaves the deferred set, or enters the dirty set owing a
+//! fired queue, and its timer leaves the deferred set, or enters the dirty set owing a
 //! tombstone when a state of it was written (`landed.lua`). No timer's key is written,
 //! nothing is decoded in Redis.
 //!
@@ -22,8 +22,8 @@ pub struct Landed {
     pub timer_id: String,
     /// Whether a state of the timer was written (it owes a tombstone).
     pub written: bool,
-    /// When it was produced, Unix epoch ms: its value in the fired hash (its last fire's
-    /// time), and for `ack.lua`, should it decide instead.
+    /// When it was produced, Unix epoch ms: the retention of its record runs from it,
+    /// and `ack.lua` takes it as the last fire's time, should it decide instead.
     pub fired_ms: i64,
     /// In which delivery attempt.
     pub attempt: i32,

@@ -15,8 +15,7 @@
 //! | `PREFIX:{topic:p}:pk:APP` | zset | pending fires of paced application `APP` (`apply.lua` places them here, not in the slices; `claim.lua` moves a due slice member there when `APP` is over its quota), as slice members scored by due; claimed first, at the quota |
 //! | `PREFIX:{topic:p}:pk` | zset | the applications with parked fires, scored at most by their first parked fire (the checkpoint's watermark stays below it) |
 //! | `PREFIX:{topic:p}:inflight` | zset | fires claimed and not yet acknowledged by the broker: member `version:due:id`, score the due (plus 0.5 for a parked one-shot fire); a one-shot timer whose record the claim answered reads fired while its member is here (`rec_view`, `place.lua`) |
-//! | `PREFIX:{topic:p}:fired` | hash | one-shot fires delivered without their records written (`landed.lua`): field `version:due:id`, value when produced; the record reads fired with that last fire until the checkpoint deletes it, once the retention has passed |
-//! | `PREFIX:{topic:p}:firedq` | list | the fields of `fired` in the order they landed, one packed entry per acknowledgement call (its latest time, then its members): the checkpoint's sweep takes them from the head |
+//! | `PREFIX:{topic:p}:firedq` | list | one-shot fires delivered without their records written (`landed.lua`; such a record reads fired once its timer is in no slice, parked set or the in-flight set: `rec_view`, `place.lua`), one packed entry per acknowledgement call (its latest time, then its in-flight members): the checkpoint deletes those records from the head once the retention has passed |
 //! | `PREFIX:{topic:p}:cron` | zset | scheduled cron timers, scored by when their window must be extended |
 //! | `PREFIX:{topic:p}:offset` | string | highest commands-topic offset handled (written with every apply); behind the committed offset means Redis lost data |
 //! | `PREFIX:{topic:p}:epoch` | string | moved by each new owner past every earlier epoch; every script checks it (fencing) |
@@ -180,7 +179,7 @@ impl StoreError {
 /// fire as done at its claim (a fire under way reads fired while it is in flight), so an
 /// older instance that takes the partition back rebuilds it instead of dropping those
 /// fires as done; version 8 writes no record at the claim nor at the acknowledgement of
-/// such a fire (its record reads fired from the in-flight set and the fired hash), so an older
+/// such a fire (its record reads fired once out of its slice), so an older
 /// instance, which would read those timers scheduled, rebuilds the partition.
 pub const STORE_FORMAT: i64 = 8;
 

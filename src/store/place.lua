@@ -90,37 +90,47 @@ local function rec_claimed_fire(due, at)
 end
 
 -- Implied fires. A claim writes nothing to a one-shot timer whose record it answers
--- (from its own key, up to REC_SWAP_MAX bytes, not a parked fire: claim.lua); its record
--- stays as it was, scheduled, and is *read* as fired (rec_view) while its in-flight
--- member `v:due:id` is in the in-flight set (the fire is under way: it is delivered
--- whatever comes, commands are refused, a checkpoint reads the timer as before the claim)
--- or in the fired hash `BASE fired` (landed.lua: delivered, the value when). Every reader
--- goes through rec_raw, so every script sees what a written done record would say; the
--- first write of the timer writes it so (and it then expires after the retention). The
--- checkpoint deletes the records the fired hash holds once the retention has passed
--- (checkpoint.lua, in the order of the fired queue `BASE firedq`). A parked fire's in-flight score is its due plus 0.5: its record is
--- not read as fired (it stays scheduled until ack.lua writes it).
+-- (from its own key, up to REC_SWAP_MAX bytes, not a parked fire: claim.lua), nor does
+-- its acknowledgement (landed.lua): the record stays as it was, scheduled, and is *read*
+-- as fired (rec_view) once its id left its slice: while its member `v:due:id` is in the
+-- in-flight set, the fire is under way (it is delivered whatever comes, commands are
+-- refused, a checkpoint reads the timer as before the claim); once it is in none of the
+-- slice, the in-flight set and its application's parked set, it was delivered. A
+-- scheduled one-shot timer is otherwise always in one of them (its id in the slice of its
+-- due's minute or in a parked set, or its member in flight: apply.lua), so the rule
+-- holds without a write per fire. Such a fire's last fire reads as released at its due
+-- (a claim takes fires ahead of it; landed.lua writes the record of one produced more
+-- than a second after its due, with when). Every reader goes through rec_raw, so every script
+-- sees what a written done record would say; the first write of the timer writes it so
+-- (and it then expires after the retention). The checkpoint deletes the records landed
+-- more than the retention ago (checkpoint.lua, in the order of the fired queue `BASE
+-- firedq`, one entry per landed.lua call). A parked fire's in-flight score is its due
+-- plus 0.5: its record is not read as fired while in flight (ack.lua writes it).
 
 -- Raw record `a` (packed `s`) of one-shot timer `id` read as what its fire made it:
--- fired (its last fire the delivered one), when its fire was claimed as above; else `a`.
+-- fired (its last fire the delivered one) when its fire was taken by a claim as above;
+-- else `a`.
 local function rec_view(id, a, s)
   if a[REC_ST] ~= 1 or a[REC_K] or not a[REC_DUE] then
     return a
   end
   local due = a[REC_DUE]
-  local m = string.format('%d:%d:%s', a[REC_V], due, id)
-  local at = redis.call('HGET', REC.base .. 'fired', m)
-  if not at then
-    local f = #s <= REC_SWAP_MAX and redis.call('ZSCORE', REC.base .. 'inflight', m)
-    if not f or string.find(f, '.', 1, true) then
-      return a
-    end
-    at = due
+  local minute = string.format('%d', math.floor(due / 60000))
+  if redis.call('ZSCORE', REC.base .. 's:' .. minute, id) then
+    return a
+  end
+  local f = redis.call('ZSCORE', REC.base .. 'inflight', string.format('%d:%d:%s', a[REC_V], due, id))
+  if f and (#s > REC_SWAP_MAX or string.find(f, '.', 1, true)) then
+    return a
+  end
+  if not f and redis.call('ZCARD', REC.base .. 'pk') > 0
+    and redis.call('ZSCORE', REC.base .. 'pk:' .. (rec_app_raw(a) or ''), id) then
+    return a
   end
   for i = #a + 1, REC_LX - 1 do
     a[i] = false
   end
-  a[REC_ST], a[REC_LX] = REC_STATE_CODE.fired, cmsgpack.pack(rec_claimed_fire(due, tonumber(at)))
+  a[REC_ST], a[REC_LX] = REC_STATE_CODE.fired, cmsgpack.pack(rec_claimed_fire(due, due))
   return a
 end
 
