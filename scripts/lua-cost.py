@@ -203,7 +203,7 @@ def checkpoint_pages(r, sha, now):
         reply = call(r, sha["checkpoint"], 12, *keys(
             ["epoch", "dirty", "pending", "idx", "inflight", "offset", "deferred:off", "acks",
              "ckpt", "writing", "blocked", "pk"]), EPOCH, B, B + "s:", now, 500, 1000, 10_000,
-            5_000, 0)
+            5_000, 0, 1 << 20, 86_400_000)
         m = int(reply[5])
         rest = reply[6 + m:]
         i = 0
@@ -266,13 +266,18 @@ def life(c, sha, timers, written=False, swap_call=500):
     if len(fires) != timers:
         sys.exit(f"lua-cost: {len(fires)} of {timers} timers claimed")
     if "landed" in sha:
+        # (Since the fired queue: the retention, then when each fire was produced.)
+        queued = sha["landed_queue"]
         for first in range(0, len(fires), swap_call):
             batch = fires[first:first + swap_call]
-            args = [EPOCH, B, "1" if written else "", len(batch)]
+            args = [EPOCH, B] + ([86_400_000] if queued else []) + [
+                "1" if written else "", len(batch)]
             for member, _ in batch:
                 args += [member, member.split(b":", 2)[2]]
-            call(r, sha["landed"], 5, *keys(["epoch", "inflight", "dirty", "deferred:off",
-                                              "acks"]), *args)
+                args += [int(member.split(b":")[1]) + 5] if queued else []
+            names = ["epoch", "inflight", "dirty", "deferred:off", "acks"]
+            names += ["firedq"] if queued else []
+            call(r, sha["landed"], len(names), *keys(names), *args)
     grouped = "the number of fires n" in sha.get("swap_src", "")
     for first in range(0, len(fires) if "swap" in sha else 0, swap_call):
         args = [EPOCH, B, 86_400_000]
@@ -317,6 +322,7 @@ def main():
             sha["compact"] = "the number of cron values that follow" in source(rev, "apply.lua")
             if "swap" in sha:
                 sha["swap_src"] = source(rev, "swap.lua")
+            sha["landed_queue"] = "landed" in sha and "fired queue" in source(rev, "landed.lua")
             sha["whole"] = "the number k of definition prefixes" in (
                 source(rev, "create.lua") if "create" in sha else "")
             for via in ["apply", "create"] if "create" in sha else ["apply"]:
