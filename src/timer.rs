@@ -280,8 +280,9 @@ pub struct Fire {
     /// What to deliver.
     pub def: TimerDef,
     /// The record the claim read from the timer's own key (a scheduled one-shot timer),
-    /// present when the claim recorded the fire as done: its acknowledgement only takes
-    /// it out of flight (`store::landed`).
+    /// present when the claim took the fire as fired without writing the record (it reads
+    /// fired from then on): its acknowledgement only takes it out of flight
+    /// (`store::landed`).
     pub record: Option<Vec<u8>>,
 }
 

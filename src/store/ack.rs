@@ -1,5 +1,5 @@
 //! Acknowledging delivered fires: an [`Ack`] per fire, sent to `landed.lua` (the one-shot
-//! fires their claim recorded as done, [`super::landed`]) or as a line `ack.lua` reads
+//! fires their claim took as fired, [`super::landed`]) or as a line `ack.lua` reads
 //! (everything else).
 
 use super::landed::Landed;
@@ -21,7 +21,7 @@ pub enum Ack {
         /// Why it went to the dead-letter topic instead of its callback topic.
         dead: Option<String>,
     },
-    /// Produced, recorded as done by its claim.
+    /// Produced, taken as fired by its claim.
     Landed(Landed),
     /// Forgotten: its acknowledgement makes the store fail every time (a record no
     /// function can read). The member leaves the in-flight set and its timer the

@@ -40,7 +40,7 @@
 --   done (but fired) by its record's first bytes is answered a tombstone unread (at worst
 --   for a cron never written: a tombstone of a key the state topic lacks, which changes
 --   nothing);
--- * a one-shot fire under way (recorded done by its claim, still in flight) is read as
+-- * a one-shot fire under way (read fired once claimed, rec_view, still in flight) is read as
 --   its timer before the claim: no tombstone precedes its acknowledgement;
 -- * the watermark is at most now, below the first pending slice member, below the first
 --   parked member, and below the first in-flight member not listed;

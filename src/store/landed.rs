@@ -13,7 +13,7 @@
 use super::record::{items, P};
 use crate::timer::Fire;
 
-/// A delivered one-shot fire the claim recorded as done (`landed.lua`).
+/// A delivered one-shot fire the claim took as fired (`landed.lua`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Landed {
     /// The in-flight member.

@@ -1,6 +1,6 @@
 -- Takes over in-flight fires of a partition (claimed, not yet acknowledged), one page of
--- members read with ZSCAN, so an owner re-drives them (a one-shot fire the claim recorded
--- as done too); drops those whose timer was paused, cancelled or changed meanwhile, and
+-- members read with ZSCAN, so an owner re-drives them (a one-shot fire the claim took as
+-- fired too); drops those whose timer was paused, cancelled or changed meanwhile, and
 -- missed cron occurrences the timer's misfire policy drops (misfire.lua, prepended).
 -- Members no longer in flight (acknowledged since the scan) are skipped.
 -- KEYS: 1 epoch, 2 in-flight set, 3 cron index, 4 dirty set, 5 live timers per application
