@@ -266,15 +266,16 @@ def life(c, sha, timers, written=False, swap_call=500):
     if len(fires) != timers:
         sys.exit(f"lua-cost: {len(fires)} of {timers} timers claimed")
     if "landed" in sha:
-        # (Since the fired queue: the retention, then when each fire was produced.)
+        # (Since the fired queue: its entry, when the last fire was produced, then the
+        # members, a line each.)
         queued = sha["landed_queue"]
         for first in range(0, len(fires), swap_call):
             batch = fires[first:first + swap_call]
-            args = [EPOCH, B] + ([86_400_000] if queued else []) + [
-                "1" if written else "", len(batch)]
+            last = max(int(m.split(b":")[1]) for m, _ in batch) + 5
+            entry = b"\n".join([str(last).encode()] + [m for m, _ in batch])
+            args = [EPOCH, B] + ([entry] if queued else []) + ["1" if written else "", len(batch)]
             for member, _ in batch:
                 args += [member, member.split(b":", 2)[2]]
-                args += [int(member.split(b":")[1]) + 5] if queued else []
             names = ["epoch", "inflight", "dirty", "deferred:off", "acks"]
             names += ["firedq"] if queued else []
             call(r, sha["landed"], len(names), *keys(names), *args)

@@ -109,7 +109,8 @@ async fn a_landed_fire_leaves_what_ack_lua_leaves() {
 }
 
 /// One landed.lua call with fires of two applications, states written and not, in turns
-/// (the call groups them in runs): each record, count and set is what ack.lua leaves.
+/// (the call groups them in runs), claimed two hours late and on time: each record, count
+/// and set is what ack.lua leaves; only the late claims wrote their records.
 #[tokio::test]
 async fn one_landed_call_of_several_applications_leaves_what_ack_lua_leaves() {
     let (mut lean, mut by_lua) = (World::new("lands").await, World::new("lands-lua").await);
@@ -137,12 +138,18 @@ async fn one_landed_call_of_several_applications_leaves_what_ack_lua_leaves() {
         .ack(0, by_lua.epoch, &produced(&b.fires, later))
         .await;
     assert_eq!((n_lean.unwrap(), n_lua.unwrap()), (5, 5));
-    for (id, _, _) in timers {
+    for (id, _, due) in timers {
         let (s, l) = (viewed_bytes(&lean, id), viewed_bytes(&by_lua, id));
         assert!(!s.is_empty(), "{id}: a record");
         assert_eq!(
             s, l,
             "{id}: the record landed.lua leaves reads as ack.lua's"
+        );
+        let written = stored_bytes(&lean, id) == s;
+        assert_eq!(
+            written,
+            due == soon,
+            "{id}: written by its claim only if late"
         );
         let t = lean.store.timer(0, id).await.unwrap().expect(id);
         assert_eq!(t.state, Some(TimerState::Fired), "{id}");

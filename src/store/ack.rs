@@ -2,7 +2,7 @@
 //! fires their claim took as fired, [`super::landed`]) or as a line `ack.lua` reads
 //! (everything else).
 
-use super::landed::Landed;
+use super::landed::{fired_queue_entry, Landed};
 use super::{Store, StoreError};
 
 /// The acknowledgement of one in-flight fire.
@@ -104,13 +104,13 @@ impl Store {
             .key(k.fired_queue())
             .arg(epoch)
             .arg(k.base())
-            .arg(self.retention_ms);
+            .arg(fired_queue_entry(landed));
         // Runs of fires whose states were all written or all not: two values per run.
         for run in landed.chunk_by(|a, b| a.written == b.written) {
             inv.arg(if run[0].written { "1" } else { "" })
                 .arg(run.len());
             for l in run {
-                inv.arg(&l.member).arg(&l.timer_id).arg(l.fired_ms);
+                inv.arg(&l.member).arg(&l.timer_id);
             }
         }
         self.counted("landed", partition, inv).await

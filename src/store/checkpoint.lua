@@ -279,7 +279,7 @@ end
 -- created again) is left.
 local SWEEP = 512
 assert(REC_V == 1 and REC_ST == 2 and REC_DUE == 5)
--- Sweeps members `first` to `last` of a fired queue's entry `members`.
+-- Sweeps members `first` to `last` of `members` (of a fired queue's entry).
 local function sweep_members(members, first, last)
   local keys, vd = {}, {}
   for i = first, last do
@@ -306,15 +306,19 @@ local function sweep()
   local queue, swept = REC.base .. 'firedq', 0
   while swept < SWEEP do
     local head = redis.call('LINDEX', queue, 0)
-    local members = head and cmsgpack.unpack(head)
-    if not members or members[1] > now - tonumber(ARGV[11]) then
+    local t = head and tonumber(string.match(head, '^[^\n]*'))
+    if not t or t > now - tonumber(ARGV[11]) then
       return
     end
     redis.call('LPOP', queue)
-    for i = 2, #members, 1000 do
+    local members = {}
+    for m in string.gmatch(head, '\n([^\n]+)') do
+      members[#members + 1] = m
+    end
+    for i = 1, #members, 1000 do
       sweep_members(members, i, math.min(i + 999, #members))
     end
-    swept = swept + #members - 1
+    swept = swept + #members
   end
 end
 sweep()

@@ -45,7 +45,11 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
   return {'fenced'}
 end
 rec_init(ARGV[5], ARGV[8], KEYS[7])
-local upto = tonumber(ARGV[2])
+local upto, now = tonumber(ARGV[2]), tonumber(ARGV[7])
+-- A fire claimed more than LATE ms after its due (a backlog) has its record written fired,
+-- released at the claim, so a look-up of its last fire is never off by more than LATE;
+-- one claimed earlier is left unwritten and reads released at its due (rec_view).
+local LATE = 1000
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
 -- Set while parked members are taken: a parked cron occurrence was on time when it was
@@ -152,7 +156,8 @@ local claimed_n, app_by_dp = {}, {}
 
 -- The lean take of one-shot member `member` of minute `m` whose own key `key` holds `s`
 -- (the hot path: no application paced, no replay fence): reads the record's first six
--- fields and its definition's prefix number, and writes nothing (rec_view). Answers what
+-- fields and its definition's prefix number, and writes nothing (rec_view) unless LATE
+-- (rec_claimed_bytes). Answers what
 -- take answers (the definition is the record's: ''), nil when it does not fire, or false
 -- when the full take decides (no own key, a record over REC_SWAP_MAX or with a last
 -- fire, a definition without a prefix).
@@ -179,6 +184,9 @@ local function take_lean(member, m, s)
     app_by_dp[n] = app
   end
   claimed_n[app] = (claimed_n[app] or 0) + 1
+  if now > due + LATE then
+    redis.call('SET', REC.base .. 't:' .. member, rec_claimed_bytes(s, due, now), 'PX', REC.retention)
+  end
   local f, score = one_shot_flight(v, due, member)
   return f, '', s, score
 end
@@ -231,6 +239,10 @@ local function take(member, m, score)
         end
         app = app or rec_app_raw(a)
         claimed_n[app] = (claimed_n[app] or 0) + 1
+        if now > due + LATE then
+          -- (Its counts move with claimed_n: none here.)
+          rec_done_raw(member, nil, a, where, 'fired', rec_claimed_fire(due, now))
+        end
         return f, '', s, fscore
       end
       return f, rec_def(a[REC_D]), '', fscore

@@ -42,6 +42,21 @@ pub fn landed(fire: &Fire, read: &[u8], fired_ms: i64, attempt: i32) -> Option<L
     })
 }
 
+/// The fired queue's entry of the fires of `landed`, as `landed.lua` appends it and the
+/// checkpoint's sweep reads it: when the last of them was produced, then their in-flight
+/// members, one per line (a timer id holds no control character); empty when none.
+pub fn fired_queue_entry(landed: &[&Landed]) -> String {
+    let Some(last) = landed.iter().map(|l| l.fired_ms).max() else {
+        return String::new();
+    };
+    let mut entry = last.to_string();
+    for l in landed {
+        entry.push('\n');
+        entry.push_str(&l.member);
+    }
+    entry
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,6 +89,20 @@ mod tests {
         assert!(landed(&fire(), &record(0xa1), 9000, 1).unwrap().written);
         let short = [0x95, 7, 1, 0xc3, 0xc2, 5];
         assert!(!landed(&fire(), &short, 9000, 1).unwrap().written);
+    }
+
+    #[test]
+    fn the_queue_entry_holds_the_fires_and_when_the_last_was_produced() {
+        let at = |member: &str, fired_ms: i64| Landed {
+            member: member.into(),
+            timer_id: "t".into(),
+            written: false,
+            fired_ms,
+            attempt: 1,
+        };
+        let (a, c) = (at("1:5:a", 9), at("3:6:c", 7));
+        assert_eq!(fired_queue_entry(&[&a, &c]), "9\n1:5:a\n3:6:c");
+        assert_eq!(fired_queue_entry(&[]), "", "no fires");
     }
 
     #[test]
