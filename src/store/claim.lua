@@ -156,11 +156,10 @@ local claimed_n, app_by_dp = {}, {}
 
 -- The lean take of one-shot member `member` of minute `m` whose own key `key` holds `s`
 -- (the hot path: no application paced, no replay fence): reads the record's first six
--- fields and its definition's prefix number, and writes nothing (rec_view) unless LATE
--- (rec_claimed_bytes). Answers what
--- take answers (the definition is the record's: ''), nil when it does not fire, or false
--- when the full take decides (no own key, a record over REC_SWAP_MAX or with a last
--- fire, a definition without a prefix).
+-- fields and its definition's prefix number, and writes nothing (rec_view) unless the
+-- claim is LATE (rec_claimed_bytes). Answers what take answers (the definition is the
+-- record's: ''), nil when it does not fire, or false when the full take decides (no own
+-- key, a record over REC_SWAP_MAX or with a last fire, a definition without a prefix).
 assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6
   and REC_D == 7 and REC_LX == 10)
 local function take_lean(member, m, s)
