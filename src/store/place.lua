@@ -107,6 +107,15 @@ end
 -- firedq`, one entry per landed.lua call). A parked fire's in-flight score is its due
 -- plus 0.5: its record is not read as fired while in flight (ack.lua writes it).
 
+-- Fire entry `fire` (a history entry) becomes the last fire of raw record `a` (a
+-- scheduled one-shot timer has none yet: the fields before it are filled with false).
+local function rec_set_last_fire(a, fire)
+  for i = #a + 1, REC_LX - 1 do
+    a[i] = false
+  end
+  a[REC_LX] = cmsgpack.pack(fire)
+end
+
 -- Raw record `a` (packed `s`) of one-shot timer `id` read as what its fire made it:
 -- fired (its last fire the delivered one) when its fire was taken by a claim as above;
 -- else `a`.
@@ -127,10 +136,8 @@ local function rec_view(id, a, s)
     and redis.call('ZSCORE', REC.base .. 'pk:' .. (rec_app_raw(a) or ''), id) then
     return a
   end
-  for i = #a + 1, REC_LX - 1 do
-    a[i] = false
-  end
-  a[REC_ST], a[REC_LX] = REC_STATE_CODE.fired, cmsgpack.pack(rec_claimed_fire(due, due))
+  a[REC_ST] = REC_STATE_CODE.fired
+  rec_set_last_fire(a, rec_claimed_fire(due, due))
   return a
 end
 
@@ -170,11 +177,7 @@ local function rec_done_raw(id, app, a, where, st, fire)
   rec_tally(app, REC_STATES[a[REC_ST]], st)
   a[REC_ST] = REC_STATE_CODE[st]
   if fire then
-    -- A scheduled one-shot timer has no last fire (a create folds an earlier one in).
-    for i = #a + 1, REC_LX - 1 do
-      a[i] = false
-    end
-    a[REC_LX] = cmsgpack.pack(fire)
+    rec_set_last_fire(a, fire)
   end
   redis.call('SET', REC.base .. 't:' .. id, cmsgpack.pack(a), 'PX', REC.retention)
 end
