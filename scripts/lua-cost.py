@@ -274,8 +274,11 @@ def life(c, sha, timers, written=False, swap_call=500):
             last = max(int(m.split(b":")[1]) for m, _ in batch) + 5
             entry = b"\n".join([str(last).encode()] + [m for m, _ in batch])
             args = [EPOCH, B] + ([entry] if queued else []) + ["1" if written else "", len(batch)]
-            for member, _ in batch:
-                args += [member, member.split(b":", 2)[2]]
+            if sha["landed_blocks"]:  # (its members, then their timer ids)
+                args += [m for m, _ in batch] + [m.split(b":", 2)[2] for m, _ in batch]
+            else:
+                for member, _ in batch:
+                    args += [member, member.split(b":", 2)[2]]
             names = ["epoch", "inflight", "dirty", "deferred:off", "acks"]
             names += ["firedq"] if queued else []
             call(r, sha["landed"], len(names), *keys(names), *args)
@@ -324,6 +327,7 @@ def main():
             if "swap" in sha:
                 sha["swap_src"] = source(rev, "swap.lua")
             sha["landed_queue"] = "landed" in sha and "fired queue" in source(rev, "landed.lua")
+            sha["landed_blocks"] = "landed" in sha and "n timer ids" in source(rev, "landed.lua")
             sha["whole"] = "the number k of definition prefixes" in (
                 source(rev, "create.lua") if "create" in sha else "")
             for via in ["apply", "create"] if "create" in sha else ["apply"]:

@@ -105,12 +105,16 @@ impl Store {
             .arg(epoch)
             .arg(k.base())
             .arg(fired_queue_entry(landed));
-        // Runs of fires whose states were all written or all not: two values per run.
+        // Runs of fires whose states were all written or all not: two values per run,
+        // then its members, then its timer ids.
         for run in landed.chunk_by(|a, b| a.written == b.written) {
             inv.arg(if run[0].written { "1" } else { "" })
                 .arg(run.len());
             for l in run {
-                inv.arg(&l.member).arg(&l.timer_id);
+                inv.arg(&l.member);
+            }
+            for l in run {
+                inv.arg(&l.timer_id);
             }
         }
         self.counted("landed", partition, inv).await

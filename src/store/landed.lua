@@ -12,27 +12,29 @@
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 the fired queue's
 --       entry of these fires (when the last was produced, then their members, one per
 --       line), then groups of fires whose states were all written or all not: '1' when
---       written (else ''), the number of fires n, then per fire its in-flight member and
---       its timer id
+--       written (else ''), the number of fires n, their n in-flight members, then their
+--       n timer ids in the same order (blocks Redis takes as they are: no table per fire)
 -- Returns the number of members removed from the in-flight set, or -1 when fenced.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
 redis.call('INCR', KEYS[5])
 rec_init(ARGV[2], 0)
--- The fires: members, timer ids and whether their states were written.
-local members, ids, written = {}, {}, {}
+-- The runs: {first member's index, n, written}; the members of a run are ARGV[f] to
+-- ARGV[f + n - 1], their timer ids the n values after them.
+local runs, total = {}, 0
 local g = 4
 while g <= #ARGV do
-  local w, n = ARGV[g] == '1', tonumber(ARGV[g + 1])
-  for i = g + 2, g + 2 * n, 2 do
-    members[#members + 1], ids[#ids + 1], written[#written + 1] = ARGV[i], ARGV[i + 1], w
-  end
+  local n = tonumber(ARGV[g + 1])
+  runs[#runs + 1] = {g + 2, n, ARGV[g] == '1'}
+  total = total + n
   g = g + 2 + 2 * n
 end
 local removed = 0
-for i = 1, #members, 1000 do
-  removed = removed + redis.call('ZREM', KEYS[2], unpack(members, i, math.min(i + 999, #members)))
+for _, r in ipairs(runs) do
+  for i = r[1], r[1] + r[2] - 1, 1000 do
+    removed = removed + redis.call('ZREM', KEYS[2], unpack(ARGV, i, math.min(i + 999, r[1] + r[2] - 1)))
+  end
 end
 -- Whether fire `m` of timer `id`, no longer in flight, still leaves its timer reading
 -- fired at the member's version.
@@ -42,33 +44,43 @@ local function still_fired(id, m)
   return a ~= nil and a[REC_ST] == REC_STATE_CODE.fired
     and a[REC_V] == tonumber(string.match(m, '^(%d+):'))
 end
--- All were in flight (the common case): the entry given goes to the queue. Else those
--- that still read fired are bookkept (again) and queued (the sweep deletes a record
--- only while it is unwritten, once).
-local all = removed == #members
-local dirty, undefer, queued = {}, {}, {string.match(ARGV[3], '^[^\n]*')}
-for j = 1, #members do
-  if all or still_fired(ids[j], members[j]) then
-    if not all then
-      queued[#queued + 1] = members[j]
-    end
-    if written[j] then
-      dirty[#dirty + 1] = REC_TOMB
-      dirty[#dirty + 1] = ids[j]
+-- Bookkeeps timer ids ARGV[first..last] (their states written or not).
+local function bookkeep(first, last, w)
+  for i = first, last, 1000 do
+    local j = math.min(i + 999, last)
+    if not w then
+      redis.call('ZREM', KEYS[4], unpack(ARGV, i, j))
     else
-      undefer[#undefer + 1] = ids[j]
+      local dirty = {}
+      for k = i, j do
+        dirty[#dirty + 1] = REC_TOMB
+        dirty[#dirty + 1] = ARGV[k]
+      end
+      redis.call('ZADD', KEYS[3], 'NX', unpack(dirty))
     end
   end
 end
-if all then
+-- All were in flight (the common case): the entry given goes to the queue, each run's
+-- ids are bookkept as they came. Else those that still read fired are bookkept (again)
+-- and queued (the sweep deletes a record only while it is unwritten, once).
+if removed == total then
   redis.call('RPUSH', KEYS[6], ARGV[3])
-elseif #queued > 1 then
+  for _, r in ipairs(runs) do
+    bookkeep(r[1] + r[2], r[1] + 2 * r[2] - 1, r[3])
+  end
+  return removed
+end
+local queued = {string.match(ARGV[3], '^[^\n]*')}
+for _, r in ipairs(runs) do
+  for i = r[1], r[1] + r[2] - 1 do
+    local id = ARGV[i + r[2]]
+    if still_fired(id, ARGV[i]) then
+      queued[#queued + 1] = ARGV[i]
+      bookkeep(i + r[2], i + r[2], r[3])
+    end
+  end
+end
+if #queued > 1 then
   redis.call('RPUSH', KEYS[6], table.concat(queued, '\n'))
-end
-for i = 1, #dirty, 1000 do
-  redis.call('ZADD', KEYS[3], 'NX', unpack(dirty, i, math.min(i + 999, #dirty)))
-end
-for i = 1, #undefer, 1000 do
-  redis.call('ZREM', KEYS[4], unpack(undefer, i, math.min(i + 999, #undefer)))
 end
 return removed
