@@ -82,19 +82,17 @@ async fn distant(
     let (batches_before, batch_s_before) = batch_figures(&svc);
     let mut rounds = Vec::new();
     let mut soon = Expected::new();
-    for round in 0..ROUNDS {
-        let first_due = now_ms() + due_in.as_millis() as i64;
-        let mut all = spread(
-            &format!("{name}-{round}"),
-            1_000,
-            now_ms() + 3_600_000,
-            60_000,
-        );
-        if round + 1 == ROUNDS {
+    for round in 1..=ROUNDS {
+        let hour = now_ms() + 3_600_000;
+        let all = if round < ROUNDS {
+            spread(&format!("{name}-{round}"), 1_000, hour, 60_000)
+        } else {
+            let first_due = now_ms() + due_in.as_millis() as i64;
             soon = spread(&format!("{name}-soon"), 100, first_due, 1_000);
-            all = spread(&format!("{name}-later"), 900, now_ms() + 3_600_000, 60_000);
+            let mut all = spread(&format!("{name}-later"), 900, hour, 60_000);
             all.extend(soon.clone());
-        }
+            all
+        };
         let sending = Instant::now();
         env.send_many(&commands(&all)).await;
         all_accepted(&mut got, Vec::new(), &all, answer_limit).await;
