@@ -10,7 +10,7 @@ mod common;
 
 use common::store::{bookkeeping, once_of, op_of, page_ids, stored_bytes, viewed_bytes, World, T0};
 use ktimer::command::CommandKind;
-use ktimer::store::{Ack, CheckpointPage};
+use ktimer::store::{Ack, CheckpointPage, HistoryEntry};
 use ktimer::timer::{ApplyOutcome, Claimed, Fire, TimerState};
 
 /// The acknowledgements ack.lua reads for `fires`, delivered at `at` in attempt 1.
@@ -110,7 +110,8 @@ async fn a_landed_fire_leaves_what_ack_lua_leaves() {
 
 /// One landed.lua call with fires of two applications, states written and not, in turns
 /// (the call groups them in runs), claimed two hours late and on time: each record, count
-/// and set is what ack.lua leaves; only the late claims wrote their records.
+/// and set is what ack.lua leaves (a late fire's last fire released at its claim, as
+/// ack.lua writes it), and no claim wrote a record.
 #[tokio::test]
 async fn one_landed_call_of_several_applications_leaves_what_ack_lua_leaves() {
     let (mut lean, mut by_lua) = (World::new("lands").await, World::new("lands-lua").await);
@@ -145,16 +146,90 @@ async fn one_landed_call_of_several_applications_leaves_what_ack_lua_leaves() {
             s, l,
             "{id}: the record landed.lua leaves reads as ack.lua's"
         );
-        let written = stored_bytes(&lean, id) == s;
-        assert_eq!(
-            written,
-            due == soon,
-            "{id}: written by its claim only if late"
+        assert_ne!(
+            stored_bytes(&lean, id),
+            s,
+            "{id}: its claim (late: {}) wrote no record",
+            due == soon
         );
         let t = lean.store.timer(0, id).await.unwrap().expect(id);
         assert_eq!(t.state, Some(TimerState::Fired), "{id}");
     }
     assert_eq!(bookkeeping(&lean).await, bookkeeping(&by_lua).await);
+    let mut con = lean.redis().await;
+    let notes: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*:late:*", lean.prefix))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(notes.len(), 1, "the late claims' minute: {notes:?}");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&notes[0])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "the late-claim note expires: {ttl}");
+}
+
+/// A backlog drained by several claims, each over a second late: every fire reads
+/// released at the claim that took it (the fires share their due, so only the order of
+/// their ids tells the claims apart), and a fire claimed on time after them reads
+/// released within a second of its due; no record was written.
+#[tokio::test]
+async fn a_backlogs_fires_read_released_at_the_claim_that_took_them() {
+    let mut w = World::new("backlog").await;
+    let (due, on_time) = (T0 + 5_000, T0 + 40_000);
+    let ids: Vec<String> = (0..10).map(|i| format!("t{i:02}")).collect();
+    for id in &ids {
+        w.apply(once_of("app", id, due), T0).await;
+    }
+    w.apply(once_of("app", "u", on_time), T0).await;
+    while w.store.promote(0, w.epoch, on_time, 100).await.unwrap() {}
+    // Three claims 10 s, 12 s and 35.2 s after the due, of 3, 4 and the rest.
+    let mut taken = Vec::new();
+    for (now, limit) in [(due + 10_000, 3), (due + 12_000, 4), (on_time + 200, 100)] {
+        let mut window = common::store::window(on_time, now - 1_000, now);
+        window.limit = limit;
+        let c = w.store.claim(0, w.epoch, window).await.expect("claim");
+        let acks = landed(&c, now + 5);
+        assert_eq!(
+            w.store.ack(0, w.epoch, &acks).await.unwrap() as usize,
+            c.fires.len()
+        );
+        taken.extend(c.fires.iter().map(|f| (f.timer_id.clone(), now)));
+    }
+    let order: Vec<&str> = taken.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(
+        order[..10],
+        ids.iter().map(|s| s.as_str()).collect::<Vec<_>>()[..]
+    );
+    assert_eq!(order[10..], ["u"]);
+    for (id, claimed_at) in &taken {
+        assert_ne!(
+            stored_bytes(&w, id),
+            viewed_bytes(&w, id),
+            "{id}: no record written"
+        );
+        let t = w.store.timer(0, id).await.unwrap().expect(id);
+        let Some(HistoryEntry::Fire {
+            fired_ms, due_ms, ..
+        }) = t.last_fire
+        else {
+            panic!("{id}: a last fire: {:?}", t.last_fire);
+        };
+        if id == "u" {
+            assert!(
+                (on_time..=on_time + 1_000).contains(&fired_ms),
+                "u: {fired_ms}"
+            );
+        } else {
+            assert_eq!(
+                (fired_ms, due_ms),
+                (*claimed_at, due),
+                "{id}: released at its claim"
+            );
+        }
+    }
 }
 
 /// A fire taken as fired by its claim is under way: a cancel, an update and a create

@@ -46,10 +46,19 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
 end
 rec_init(ARGV[5], ARGV[8], KEYS[7])
 local upto, now = tonumber(ARGV[2]), tonumber(ARGV[7])
--- A fire claimed more than LATE ms after its due (a backlog) has its record written fired,
--- released at the claim, so a look-up of its last fire is never off by more than LATE;
--- one claimed earlier is left unwritten and reads released at its due (rec_view).
+-- A fire claimed more than LATE ms after its due (a backlog) has its claim's time noted
+-- (rec_late_note, place.lua), so a look-up of its last fire is never off by more than
+-- LATE; one claimed earlier reads released at its due (rec_view). Neither is written.
 local LATE = 1000
+-- Late claims to note: due minute (a number) to the key of its first fire taken late.
+local late = {}
+
+-- Notes that one-shot fire `id` due `due` of minute `m` (numbers) was claimed late.
+local function late_claim(m, due, id)
+  if not late[m] then
+    late[m] = rec_late_key(due, id)
+  end
+end
 local limit = tonumber(ARGV[3])
 local missed_before = tonumber(ARGV[6])
 -- Set while parked members are taken: a parked cron occurrence was on time when it was
@@ -156,8 +165,8 @@ local claimed_n, app_by_dp = {}, {}
 
 -- The lean take of one-shot member `member` of minute `m` whose own key `key` holds `s`
 -- (the hot path: no application paced, no replay fence): reads the record's first six
--- fields and its definition's prefix number, and writes nothing (rec_view) unless the
--- claim is LATE (rec_claimed_bytes). Answers what take answers (the definition is the
+-- fields and its definition's prefix number, and writes nothing (rec_view; a LATE claim
+-- is noted, late_claim). Answers what take answers (the definition is the
 -- record's: ''), nil when it does not fire, or false when the full take decides (no own
 -- key, a record over REC_SWAP_MAX or with a last fire, a definition without a prefix).
 assert(REC_V == 1 and REC_ST == 2 and REC_K == 4 and REC_DUE == 5 and REC_A == 6
@@ -183,10 +192,10 @@ local function take_lean(member, m, s)
     app_by_dp[n] = app
   end
   claimed_n[app] = (claimed_n[app] or 0) + 1
-  if now > due + LATE then
-    redis.call('SET', REC.base .. 't:' .. member, rec_claimed_bytes(s, due, now), 'PX', REC.retention)
-  end
   local f, score = one_shot_flight(v, due, member)
+  if now > due + LATE then
+    late_claim(m, due, member)
+  end
   return f, '', s, score
 end
 
@@ -239,8 +248,7 @@ local function take(member, m, score)
         app = app or rec_app_raw(a)
         claimed_n[app] = (claimed_n[app] or 0) + 1
         if now > due + LATE then
-          -- (Its counts move with claimed_n: none here.)
-          rec_done_raw(member, nil, a, where, 'fired', rec_claimed_fire(due, now))
+          late_claim(m, due, member)
         end
         return f, '', s, fscore
       end
@@ -374,6 +382,7 @@ end
 for i = 1, #flight, 1000 do
   redis.call('ZADD', KEYS[3], unpack(flight, i, math.min(i + 999, #flight)))
 end
+rec_late_note(late, ARGV[7])
 local next_due = rec_slice_next(KEYS[2], ARGV[4], ARGV[2])
 for app, k in pairs(claimed_n) do
   rec_tally(app, 'scheduled', 'fired', k)

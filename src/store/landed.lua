@@ -1,7 +1,7 @@
 -- Acknowledges delivered one-shot fires whose claim answered their record (claim.lua):
 -- the fire path's lean acknowledgement, which writes no timer's key. Each fire leaves the
--- in-flight set: its record reads fired from then on (rec_view, place.lua; or was
--- written fired by a late claim) until the checkpoint deletes it after the retention, in
+-- in-flight set: its record reads fired from then on (rec_view, place.lua; released at
+-- its claim when that was late) until the checkpoint deletes it after the retention, in
 -- the order of the fired queue, one entry per call (checkpoint.lua). Its timer leaves
 -- the deferred set (its state was never written) or enters the dirty set scored REC_TOMB
 -- (it owes a tombstone, record.lua). A fire no longer in flight (an acknowledgement sent

@@ -99,8 +99,8 @@ end
 -- scheduled one-shot timer is otherwise always in one of them (its id in the slice of its
 -- due's minute or in a parked set, or its member in flight: apply.lua), so the rule
 -- holds without a write per fire. Such a fire's last fire reads as released at its due
--- (a claim takes fires ahead of it; a claim more than a second late writes the record
--- fired, released at the claim, claim.lua). Every reader goes through rec_raw, so every script
+-- (a claim takes fires ahead of it), or at its claim when the claim was late (the
+-- late-claim sets below). Every reader goes through rec_raw, so every script
 -- sees what a written done record would say; the first write of the timer writes it so
 -- (and it then expires after the retention). The checkpoint deletes the records landed
 -- more than the retention ago (checkpoint.lua, in the order of the fired queue `BASE
@@ -114,6 +114,46 @@ local function rec_set_last_fire(a, fire)
     a[i] = false
   end
   a[REC_LX] = cmsgpack.pack(fire)
+end
+
+-- Late claims. A claim more than a second after a fire's due (a backlog) writes no record
+-- either: per due minute it took late fires of, it adds one entry to that minute's
+-- late-claim set (zset, lexical): the key of the first such fire, then its own time
+-- (ms). A claim takes a minute's fires in the slice's order, (due, id), which
+-- rec_late_key orders alike (the due fixed-width), so the entry with the greatest key up
+-- to a fire's is the claim that took it (rec_view), or one at most LATE before its claim
+-- (the fire was on time after it). (A timer created already overdue behind a backlog's
+-- progress is taken out of that order: fires between it and the claim it rejoins read
+-- that later claim.) The set expires LATE_KEEP ms after the retention from its last
+-- entry (past the sweep of its fires' records: they were produced after the claim).
+local LATE_KEEP = 60000
+
+-- The late-claim set of due minute `minute` (a string).
+local function rec_late_set(minute)
+  return REC.base .. 'late:' .. minute
+end
+
+-- The key of one-shot fire `id` due `due` (ms, a number) in a late-claim set.
+local function rec_late_key(due, id)
+  return string.format('%013d:%s', due, id)
+end
+
+-- Notes late claims made at `now` (a string, ms): `late` maps due minutes (integer
+-- numbers) to the key of the first fire taken late in them.
+local function rec_late_note(late, now)
+  for m, first in pairs(late) do
+    local set = rec_late_set(string.format('%d', m))
+    redis.call('ZADD', set, 0, first .. '\n' .. now)
+    redis.call('PEXPIRE', set, tonumber(REC.retention) + LATE_KEEP)
+  end
+end
+
+-- When the claim of one-shot fire `id` due `due` in minute `minute` (a string) took it,
+-- if late (rec_late_note), else nil.
+local function rec_late_claim(minute, due, id)
+  local bound = '[' .. rec_late_key(due, id) .. '\n\255'
+  local e = redis.call('ZREVRANGEBYLEX', rec_late_set(minute), bound, '-', 'LIMIT', 0, 1)[1]
+  return e and tonumber(string.match(e, '\n(%d+)$'))
 end
 
 -- Raw record `a` (packed `s`) of one-shot timer `id` read as what its fire made it:
@@ -137,7 +177,7 @@ local function rec_view(id, a, s)
     return a
   end
   a[REC_ST] = REC_STATE_CODE.fired
-  rec_set_last_fire(a, rec_claimed_fire(due, due))
+  rec_set_last_fire(a, rec_claimed_fire(due, rec_late_claim(minute, due, id) or due))
   return a
 end
 
@@ -187,19 +227,6 @@ end
 local function rec_uint_width(b)
   return (b < 0x80 and 1) or (b == 0xcc and 2) or (b == 0xcd and 3) or (b == 0xce and 5)
     or (b == 0xcf and 9) or nil
-end
-
--- What rec_done_raw writes for a one-shot fire due `due` claimed at `now` (ms), from
--- packed record `s` of a scheduled one-shot timer of 7 to 9 fields (no last fire yet)
--- without decoding it (a late claim, claim.lua; tests/landed.rs holds the two equal): the
--- state byte set to fired (v's width puts it at `at`), the fields missing up to the last
--- fire false (0xc2), the fire as the last fire. (Positions asserted by claim.lua: a
--- library's top level has no assert.)
-local function rec_claimed_bytes(s, due, now)
-  local at = 2 + rec_uint_width(string.byte(s, 2))
-  local lx = cmsgpack.pack(rec_claimed_fire(due, now))
-  return '\154' .. string.sub(s, 2, at - 1) .. '\3' .. string.sub(s, at + 1)
-    .. string.rep('\194', 0x99 - string.byte(s, 1)) .. string.char(0xa0 + #lx) .. lx
 end
 
 -- Whether one-shot timer `id` at version `v` has its fire due `due` claimed and not yet
