@@ -30,7 +30,8 @@ except ImportError:
     sys.exit("lua-cost: needs the Python packages redis and msgpack (pip install redis msgpack)")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRELUDE = ["record.lua", "place.lua", "misfire.lua"]
+PRELUDE = ["record.lua", "late.lua", "place.lua", "misfire.lua"]
+OPTIONAL = {"late.lua"}
 B = "lc:{lc.commands:0}:"
 EPOCH = "7"
 # A stored definition (Avro, codec::encode_stored): application, callback topic, then
@@ -44,8 +45,12 @@ def source(rev, name):
     if rev == "." or os.path.isdir(rev):
         d = os.path.join(ROOT, "src/store") if rev == "." else rev
         return open(os.path.join(d, name)).read()
-    return subprocess.run(["git", "-C", ROOT, "show", f"{rev}:src/store/{name}"],
-                          check=True, capture_output=True, text=True).stdout
+    shown = subprocess.run(["git", "-C", ROOT, "show", f"{rev}:src/store/{name}"],
+                           capture_output=True, text=True)
+    if shown.returncode != 0 and name in OPTIONAL:
+        return ""  # a helper that revision did not have yet
+    shown.check_returncode()
+    return shown.stdout
 
 
 def scripts(rev):

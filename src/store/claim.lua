@@ -14,24 +14,20 @@
 -- vanished, full, n, k, member, definition, record, ..., then n pairs of application
 -- and parked members due left, then k pairs of definition prefix number and prefix},
 -- or {'fenced'}; a member is the in-flight member "version:due:id"; `record` is the
--- packed record of a one-shot timer as read from its own key, up to REC_SWAP_MAX bytes,
--- and says the claim took the fire as fired without writing its record (rec_view,
--- place.lua: it reads fired from now on; the acknowledgement takes it out of flight,
--- landed.lua); '' for others (ack.lua decides); with a
--- record, `definition` is '': the definition is the record's (src/store/record.rs),
--- its prefix among the k pairs, so Redis neither joins nor sends it a second time;
+-- packed record of a one-shot timer read from its own key (up to REC_SWAP_MAX bytes):
+-- the claim took the fire as fired without writing it (rec_view, place.lua; landed.lua
+-- takes it out of flight), its `definition` '' (the record's, src/store/record.rs, its
+-- prefix among the k pairs: Redis neither joins nor sends it twice); '' for others;
 -- `vanished` counts slice members whose timer record was gone (evicted, or deleted
 -- outside ktimer): lost fires; `full` is '1' when the claim stopped at its limits.
 -- Parking (a paced application's backlog stays in Redis, not in the trigger's memory):
--- the pending fires of a paced application are placed in its parked set (apply.lua;
--- scored by due, members as in the slices), and a due slice member of an application
--- whose quota is used up moves there as it is (one placed before its application was
--- paced); a claim takes each application's due parked members first, oldest first, up
--- to its quota (no quota any more: up to the limit), in half of the claim's room. A parked
--- member is validated when it is taken, as if it were taken from its slice (one-shot:
--- in the minute of its score). The next due time counts the parked sets' first members
--- not yet due; their due ones are counted in the reply instead (the trigger claims them
--- as its quota frees).
+-- a paced application's pending fires are in its parked set (apply.lua; scored by due,
+-- members as in the slices), where a due slice member whose application's quota is used
+-- up moves too; a claim takes each application's due parked members first, oldest
+-- first, up to its quota (or the limit), in half of its room, validated as if taken from
+-- their slice (one-shot: in the minute of the score). The next due time counts the parked
+-- sets' first members not yet due; their due ones are counted in the reply instead (the
+-- trigger claims them as its quota frees).
 -- Members of timers paused, cancelled or changed (older version, or a one-shot timer now
 -- due in another minute) are dropped; cron members obey max fires and misfire (misfire.lua).
 -- A member the replay fence covers (a replayed command whose fire was acknowledged before
@@ -46,33 +42,23 @@ if tonumber(redis.call('GET', KEYS[6]) or '0') < tonumber(ARGV[9]) then
 end
 rec_init(ARGV[5], ARGV[8], KEYS[7])
 local upto, now = tonumber(ARGV[2]), tonumber(ARGV[7])
--- A fire claimed more than LATE ms after its due (a backlog) has its claim's time noted
--- (rec_late_note, place.lua), so a look-up of its last fire is never off by more than
--- LATE; one claimed earlier reads released at its due (rec_view). Neither is written.
-local LATE = 1000
--- Late claims to note: due minute (a number) to the key of its first fire taken late.
-local late = {}
-
+-- A fire claimed more than LATE ms after its due (a backlog) is noted, its look-up then
+-- reads released at the claim (rec_late_note, late.lua); one claimed earlier reads
+-- released at its due (rec_view). Neither is written. `late`: due minute (a number) to
+-- the key of the first fire taken late in it.
+local LATE, late = 1000, {}
 -- Notes that one-shot fire `id` due `due` of minute `m` (numbers) was claimed late.
 local function late_claim(m, due, id)
-  if not late[m] then
-    late[m] = rec_late_key(due, id)
-  end
+  late[m] = late[m] or rec_late_key(due, id)
 end
-local limit = tonumber(ARGV[3])
-local missed_before = tonumber(ARGV[6])
+local limit, missed_before = tonumber(ARGV[3]), tonumber(ARGV[6])
 -- Set while parked members are taken: a parked cron occurrence was on time when it was
 -- parked (only its delivery is paced), so its misfire policy does not apply.
-local from_park = false
-local bytes_left = tonumber(ARGV[10])
--- The reply: its head (filled in at the end), the fires, the parked counts, the prefixes.
-local out = {'', '0', '0', '0', '0'}
--- The definition prefixes of the records answered (numbers, record.lua).
-local prefixes = {}
-local n = 0
-local vanished = 0
+local from_park, bytes_left, n, vanished = false, tonumber(ARGV[10]), 0, 0
+-- The reply (its head filled in at the end, the fires, the parked counts, the prefixes),
+-- the definition prefixes of the records answered (numbers, record.lua), and the
 -- (score, member) pairs to add to the in-flight set.
-local flight = {}
+local out, prefixes, flight = {'', '0', '0', '0', '0'}, {}, {}
 -- Quotas left per application; (score, member) pairs to park per application.
 local quota, parked = {}, {}
 for i = 11, #ARGV, 2 do
@@ -131,14 +117,9 @@ end
 -- Whether a valid cron member is delivered; counts it when it is (and writes `t`).
 local function cron_take(t, due, id)
   local d = tonumber(due)
-  local take
-  if fired_out(t) then
-    take = false
-  elseif d < missed_before and not from_park then
-    take = missed_fires(t, d, ARGV[7])
-  else
-    take = true
-  end
+  -- (A late occurrence obeys its misfire policy.)
+  local take = not fired_out(t)
+    and (d >= missed_before or from_park or missed_fires(t, d, ARGV[7]))
   if take then
     t.n = string.format('%d', tonumber(t.n or '0') + 1)
     rec_put(id, t)

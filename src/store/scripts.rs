@@ -1,7 +1,7 @@
 //! The Lua scripts (`src/store/*.lua`) as one Redis Functions library, loaded into every
 //! primary once at start (and again into a node that lost it).
 //!
-//! The helpers every script shares (`record.lua`, `place.lua`, `misfire.lua`,
+//! The helpers every script shares (`record.lua`, `late.lua`, `place.lua`, `misfire.lua`,
 //! `writing.lua`) are defined once, when Redis loads the library; each script is a
 //! function of it, called with `FCALL`. (As `EVALSHA` scripts, each call ran the helpers'
 //! definitions again: about 70,000 Redis instructions per call, more than a call's fires
@@ -19,11 +19,13 @@
 use redis::{Cmd, Pipeline, ToRedisArgs};
 
 /// The helpers, defined once at the top of the library: timer records (`record.lua`: their
-/// packing, history and tallies), where a timer lives (`place.lua`: the bucket or a key
-/// of its own), misfire planning and completion (`misfire.lua`), and the codec of the
-/// `writing` hash (`writing.lua`: the states the intake writes).
-const HELPERS: [&str; 4] = [
+/// packing, history and tallies), when a backlog's fires were claimed (`late.lua`), where
+/// a timer lives (`place.lua`: the bucket or a key of its own), misfire planning and
+/// completion (`misfire.lua`), and the codec of the `writing` hash (`writing.lua`: the
+/// states the intake writes).
+const HELPERS: [&str; 5] = [
     include_str!("record.lua"),
+    include_str!("late.lua"),
     include_str!("place.lua"),
     include_str!("misfire.lua"),
     include_str!("writing.lua"),

@@ -1,12 +1,13 @@
 //! A store on its own key prefix with partition 0 acquired, and the time as an argument:
-//! the harness of the store-level tests (`store.rs`, `state.rs`, `create.rs`, `landed.rs`),
+//! the harness of the store-level tests (`store.rs`, `state.rs`, `create.rs`, `landed.rs`,
+//! `fired_records.rs`),
 //! and what they read back: records as record.lua reads them, the fire bookkeeping, a
 //! checkpoint page's timers; the commands they apply.
 
 use super::{servers, unique};
 use ktimer::command::{CommandKind, TimerCommand};
-use ktimer::store::{CheckpointPage, Store};
-use ktimer::timer::{Applied, ApplyRequest};
+use ktimer::store::{Ack, CheckpointPage, Store};
+use ktimer::timer::{Applied, ApplyRequest, Claimed, Fire};
 use ktimer::validate::{validate, Limits};
 
 /// A whole minute (2027-01-15T08:00:00Z), so cron occurrences line up with it.
@@ -112,11 +113,42 @@ pub fn window(upto: i64, missed_before: i64, now: i64) -> ktimer::store::ClaimWi
     }
 }
 
+/// The lean acknowledgements of a claim's fires, produced at `at` (each answered its
+/// record: the claim took it as fired; `landed.lua`).
+pub fn landed(claimed: &Claimed, at: i64) -> Vec<Ack> {
+    let one = |f: &Fire| {
+        let read = f.record.as_deref().expect("the record the claim read");
+        Ack::Landed(ktimer::store::landed(f, read, at, 1).expect("a record"))
+    };
+    claimed.fires.iter().map(one).collect()
+}
+
+/// Claims what is due at `upto` at `now`, the timers' records on their own keys first
+/// (promoted, as the owner does ahead of their minute).
+pub async fn claim_promoted(w: &World, upto: i64, now: i64) -> Claimed {
+    while w.store.promote(0, w.epoch, upto, 100).await.unwrap() {}
+    w.claim(upto, now).await
+}
+
+/// One confirmed checkpoint page of up to 100 timers listing up to 100 fires in flight.
+pub async fn page(w: &World, now: i64) -> CheckpointPage {
+    let page = (w.store)
+        .checkpoint_page((0, w.epoch, 0), now, (100, 100))
+        .await
+        .expect("checkpoint");
+    (w.store)
+        .checkpointed((0, w.epoch, 0), None)
+        .await
+        .expect("confirm");
+    page
+}
+
 /// Runs `body` after record.lua and place.lua (the records' Lua side) for partition 0 of
 /// `w`'s store: `ARGV[1]` is the timer id.
 pub fn records_lua(w: &World, id: &str, body: &str) -> redis::Value {
     let code = [
         include_str!("../../src/store/record.lua"),
+        include_str!("../../src/store/late.lua"),
         include_str!("../../src/store/place.lua"),
         "rec_fresh() rec_init(KEYS[1], '60000', nil)\n",
         body,
