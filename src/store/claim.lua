@@ -52,8 +52,9 @@ local function late_claim(m, due, id)
   late[m] = late[m] or rec_late_key(due, id)
 end
 local limit, missed_before = tonumber(ARGV[3]), tonumber(ARGV[6])
--- Set while parked members are taken: a parked cron occurrence was on time when it was
--- parked (only its delivery is paced), so its misfire policy does not apply.
+-- `from_park` is set while parked members are taken (a parked cron occurrence was on time
+-- when it was parked: only its delivery is paced, so its misfire policy does not apply);
+-- the definitions' bytes left to answer; members read; members whose record was gone.
 local from_park, bytes_left, n, vanished = false, tonumber(ARGV[10]), 0, 0
 -- The reply (its head filled in at the end, the fires, the parked counts, the prefixes),
 -- the definition prefixes of the records answered (numbers, record.lua), and the
