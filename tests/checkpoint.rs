@@ -296,3 +296,48 @@ async fn a_page_of_large_timers_is_bounded_by_bytes() {
     assert_eq!(seen.len(), 300, "every timer answered");
     assert!(pages >= 4, "{pages} pages");
 }
+
+/// The dirty set holds three kinds of member in its order: timers changed by a command
+/// (scored by its offset), written one-shot timers a fire made done (their tombstones owed,
+/// read without their scores) and timers a fire changed (scored 'inf'). Pages of two cut
+/// across each kind: every timer is answered once, in the set's order (a page removes its
+/// members from the set by rank), tombstones for the one-shots only.
+#[tokio::test]
+async fn pages_across_commands_tombstones_and_fires_answer_each_timer_once_in_order() {
+    let mut w = World::new("ckpt-bands").await;
+    for id in ["o1", "o2", "o3"] {
+        w.apply(once(id, T0 + 20_000), T0).await;
+    }
+    for id in ["c1", "c2"] {
+        w.apply(common::commands::cron(id, "* * * * * *", "tick"), T0)
+            .await;
+    }
+    assert_eq!(page(&w, T0 + 100, 100, 100).await.timers.len(), 5);
+    let claimed = w.claim(T0 + 20_000, T0 + 20_000).await;
+    let fired: std::collections::BTreeSet<&str> =
+        claimed.fires.iter().map(|f| f.timer_id.as_str()).collect();
+    assert_eq!(
+        fired.len(),
+        5,
+        "the one-shots and the crons fired: {fired:?}"
+    );
+    let acks = delivered(&claimed, T0 + 20_001);
+    w.store.ack(0, w.epoch, &acks).await.expect("ack");
+    // Created after the fires: dirty at their commands' offsets, first in the set.
+    for id in ["n1", "n2"] {
+        w.apply(once(id, T0 + 600_000), T0 + 20_002).await;
+    }
+
+    // (Pages sorted by id; the crons follow the tombstones in the set.)
+    let want: [(&[(&str, bool)], u64); 4] = [
+        (&[("n1", true), ("n2", true)], 5),
+        (&[("o1", false), ("o2", false)], 3),
+        (&[("c1", true), ("o3", false)], 1),
+        (&[("c2", true)], 0),
+    ];
+    for (i, (expected, left)) in want.iter().enumerate() {
+        let p = page(&w, T0 + 20_100, 2, 100).await;
+        assert_eq!(ids(&p), expected.to_vec(), "page {i}");
+        assert_eq!(p.left, *left, "left after page {i}");
+    }
+}
