@@ -304,8 +304,8 @@ async fn fire_phase(
         Fires::new(&plan.prefix, plan.dues.clone(), progress.clone()),
     )?;
     let until = |ms: i64| Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64);
-    // The costs from the first due to the last fire: the fire path's, and how busy the
-    // drain kept Redis (the lead before the first due would dilute them). When timers are
+    // The costs from the first due to the last fire (and the checkpoints after it): the
+    // fire path's, and how busy the drain kept Redis (the lead before the first due would dilute them). When timers are
     // due before their last commands are produced (`--lead-ms` shorter than producing
     // takes), commands and fires share the span: it runs from the first command, and
     // its costs are per timer, its command and its fire.
@@ -331,6 +331,13 @@ async fn fire_phase(
     let ((produced, answers), span) = (intake?, from_due?.or(from_start));
     let span = span.expect("a span starts at the first command or at the first due");
     let (fires, _) = fires.finish(until(last_due + args.timeout_ms)).await?;
+    // The costs include what the fires owe the state topic (a tombstone for each timer
+    // whose state was written): the span ends once the checkpoints caught up, which in a
+    // burst can be seconds after the last fire.
+    if env.prefix.is_some() {
+        let limit = Duration::from_secs(60 + (n / 2_000) as u64);
+        env.checkpointed(args.partitions, limit).await?;
+    }
     let costs = span.finish(env, fires.unique).await?;
     let report = FireReport {
         timers: n,
