@@ -217,10 +217,7 @@ async fn pending_phase(
     // Memory at rest: once the checkpoints wrote every new timer to the state topic (the
     // dirty set is a passing queue, not what a pending timer costs). Redis's CPU counts
     // that checkpoint work too.
-    if env.prefix.is_some() {
-        let limit = Duration::from_secs(60 + (n / 2_000) as u64);
-        env.checkpointed(partitions, limit).await?;
-    }
+    caught_up(env, partitions, n).await?;
     let costs = span.finish(env, answers.accepted).await?;
     let (before, after) = costs.memory;
     Ok(PendingReport {
@@ -257,6 +254,17 @@ async fn cancel_pending(
         answers.accepted,
         answers.refused
     );
+    Ok(())
+}
+
+/// Waits until the checkpoints of the instances the bench started wrote every change to
+/// the state topic (a phase of `n` timers; running instances are not watched), so the
+/// phase's costs count that work.
+async fn caught_up(env: &Env, partitions: i32, n: usize) -> anyhow::Result<()> {
+    if env.prefix.is_some() {
+        let limit = Duration::from_secs(60 + (n / 2_000) as u64);
+        env.checkpointed(partitions, limit).await?;
+    }
     Ok(())
 }
 
@@ -304,9 +312,9 @@ async fn fire_phase(
         Fires::new(&plan.prefix, plan.dues.clone(), progress.clone()),
     )?;
     let until = |ms: i64| Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64);
-    // The costs from the first due to the last fire (and the checkpoints after it): the
-    // fire path's, and how busy the drain kept Redis (the lead before the first due would dilute them). When timers are
-    // due before their last commands are produced (`--lead-ms` shorter than producing
+    // The costs from the first due to the last fire and the checkpoints after it: the
+    // fire path's, and how busy the drain kept Redis (the lead before the first due
+    // would dilute them). When timers are due before their last commands are produced (`--lead-ms` shorter than producing
     // takes), commands and fires share the span: it runs from the first command, and
     // its costs are per timer, its command and its fire.
     let mixed = lead < (n as u64 * 1000 / per_s) as i64;
@@ -334,10 +342,7 @@ async fn fire_phase(
     // The costs include what the fires owe the state topic (a tombstone for each timer
     // whose state was written): the span ends once the checkpoints caught up, which in a
     // burst can be seconds after the last fire.
-    if env.prefix.is_some() {
-        let limit = Duration::from_secs(60 + (n / 2_000) as u64);
-        env.checkpointed(args.partitions, limit).await?;
-    }
+    caught_up(env, args.partitions, n).await?;
     let costs = span.finish(env, fires.unique).await?;
     let report = FireReport {
         timers: n,
