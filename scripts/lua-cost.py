@@ -209,8 +209,12 @@ def checkpoint_pages(r, sha, now):
             ["epoch", "dirty", "pending", "idx", "inflight", "offset", "deferred:off", "acks",
              "ckpt", "writing", "blocked", "pk"]), EPOCH, B, B + "s:", now, 500, 1000, 10_000,
             5_000, 0, 1 << 20, 86_400_000)
-        m = int(reply[5])
-        rest = reply[6 + m:]
+        # (Since the tombstones are answered as one list: that list, then m.)
+        listed = isinstance(reply[5], list)
+        tombs = reply[5] if listed else []
+        m = int(reply[6 if listed else 5])
+        rest = reply[(7 if listed else 6) + m:]
+        answered += len(tombs)
         i = 0
         while i < len(rest):
             n = int(rest[i + 1])

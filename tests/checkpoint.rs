@@ -341,3 +341,64 @@ async fn pages_across_commands_tombstones_and_fires_answer_each_timer_once_in_or
         assert_eq!(p.left, *left, "left after page {i}");
     }
 }
+
+/// A page whose records were never confirmed is answered again by the next page, with the
+/// tombstones owed since, each timer once: also one owed twice, in the lost page and again
+/// after it was created, written and fired anew (the page's tombstones are otherwise
+/// answered as one list, unread).
+#[tokio::test]
+async fn a_lost_page_of_tombstones_is_answered_again_each_timer_once() {
+    let mut w = World::new("ckpt-tomb-lost").await;
+    for id in ["again", "w1", "w2"] {
+        w.apply(once(id, T0 + 20_000), T0).await;
+    }
+    w.apply(once("w3", T0 + 40_000), T0).await;
+    assert_eq!(page(&w, T0 + 100, 100, 100).await.timers.len(), 4);
+    let claimed = w.claim(T0 + 20_000, T0 + 20_000).await;
+    w.store
+        .ack(0, w.epoch, &delivered(&claimed, T0 + 20_001))
+        .await
+        .expect("ack");
+    let lost = w
+        .store
+        .checkpoint_page((0, w.epoch, 0), T0 + 20_100, (100, 100))
+        .await
+        .expect("checkpoint");
+    assert_eq!(
+        ids(&lost),
+        vec![("again", false), ("w1", false), ("w2", false)],
+        "the lost page's tombstones"
+    );
+
+    // `again` is created again (its state written by the intake), then it and w3 fire.
+    let req = w.request(once("again", T0 + 40_000), T0 + 20_200);
+    let (_, _, entries) = w
+        .store
+        .apply_writing(&[req], &[], T0 + 20_200)
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1, "the intake writes its state");
+    w.store
+        .written((0, w.epoch), true, entries[0].first)
+        .await
+        .unwrap();
+    let claimed = w.claim(T0 + 40_000, T0 + 40_000).await;
+    assert_eq!(claimed.fires.len(), 2, "again and w3 fired");
+    w.store
+        .ack(0, w.epoch, &delivered(&claimed, T0 + 40_001))
+        .await
+        .expect("ack");
+
+    let page = page(&w, T0 + 40_100, 100, 100).await;
+    assert_eq!(
+        ids(&page),
+        vec![
+            ("again", false),
+            ("w1", false),
+            ("w2", false),
+            ("w3", false)
+        ],
+        "the lost page again, then w3; again once"
+    );
+    assert_eq!(page.left, 0);
+}

@@ -18,8 +18,9 @@
 --       ms (the unwritten records of fires landed longer ago are deleted, about SWEEP
 --       per call: the fired queue)
 -- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
--- counter, applied offset (when the watermark was read), m, m in-flight members, then
--- per timer: id, n, n field/value pairs}; left is the number of timers still dirty (a
+-- counter, applied offset (when the watermark was read), {ids of tombstones}, m, m
+-- in-flight members, then per timer: id, n, n field/value pairs}; each timer is answered
+-- once, in the list or after it; left is the number of timers still dirty (a
 -- checkpoint is complete only with a page that leaves none, and only such a page lists
 -- the in-flight members: m = 0 on the others, whose watermark nobody records); n = -1
 -- is a tombstone (the timer can never fire again).
@@ -193,38 +194,30 @@ for _, id in ipairs(leftover) do
   answer(id, rec_from_raw(id, before_claim(id, a), where))
 end
 
--- The first `want` members of the dirty set in its order, as (id, score) pairs: those
--- scored below REC_TOMB (command offsets) with their scores, then the REC_TOMB ones read
--- without (Redis formats each score read with a %.17g printf; 2^53's sixteen digits cost
--- about 4,000 instructions, a fifth of a tombstone), then the 'inf' ones.
-local function dirty_page(want)
-  local page = redis.call('ZRANGE', KEYS[2], '-inf', '(' .. REC_TOMB, 'BYSCORE', 'LIMIT', 0,
-    want, 'WITHSCORES')
-  local left = want - #page / 2
-  if left > 0 then
-    local tombs = redis.call('ZRANGE', KEYS[2], REC_TOMB, REC_TOMB, 'BYSCORE', 'LIMIT', 0, left)
-    for _, id in ipairs(tombs) do
-      local n = #page
-      page[n + 1], page[n + 2] = id, REC_TOMB
-    end
-    left = want - #page / 2
-  end
-  if left > 0 then
-    local rest = redis.call('ZRANGE', KEYS[2], '(' .. REC_TOMB, '+inf', 'BYSCORE', 'LIMIT', 0,
-      left, 'WITHSCORES')
-    for i = 1, #rest do
-      page[#page + 1] = rest[i]
+-- Writes `ids` to `key` with command `cmd` (SADD, ZREM, or ZADD LT of (score, id) pairs),
+-- a thousand arguments per call.
+local function in_chunks(cmd, key, ids)
+  local lt = cmd == 'ZADD' and 'LT' or nil
+  for j = 1, #ids, 1000 do
+    if lt then
+      redis.call(cmd, key, lt, unpack(ids, j, math.min(j + 999, #ids)))
+    else
+      redis.call(cmd, key, unpack(ids, j, math.min(j + 999, #ids)))
     end
   end
-  return page
 end
 
--- Moves a page of the dirty set to the pending set, deferring timers due soon.
+-- Moves a page of the dirty set to the pending set, deferring timers due soon. The set
+-- is read in its order, in three bands: those scored below REC_TOMB (command offsets)
+-- with their scores, then the REC_TOMB ones without (Redis formats each score read with
+-- a %.17g printf: 2^53's sixteen digits cost about 4,000 instructions), then the 'inf'
+-- ones; the members taken are always a prefix of the set.
 local want = tonumber(ARGV[5]) - #leftover
 -- (first offset, id) pairs waiting in KEYS[11]: the intake is writing their state.
 local held = {}
+-- The page's tombstones taken whole (answered as one list, not timer by timer).
+local tombs = {}
 if want > 0 then
-  local page = dirty_page(want)
   -- Bytes bound the page too: it ends once its answers reach ARGV[10] (the member that
   -- reaches them included), so large records make shorter calls, not larger ones.
   local max_bytes, taken_members = tonumber(ARGV[10]) or math.huge, 0
@@ -232,70 +225,89 @@ if want > 0 then
   -- deferred: each written in one call at the end, not one per timer.
   local taken, by_first, undeferred = {}, {}, {}
   local writing = writing_set(KEYS[10])
-  for i = 1, #page, 2 do
-    if emit_bytes >= max_bytes then
-      break
-    end
-    taken_members = taken_members + 1
-    local id, first = page[i], page[i + 1]
-    if writing[id] then
-      held[#held + 1] = first
-      held[#held + 1] = id
-    elseif first == REC_TOMB then
-      -- A one-shot timer written, then fired, no command since: its tombstone, unread.
-      undeferred[#undeferred + 1] = id
-      taken[#taken + 1] = id
-      answer(id, nil)
-    elseif first == 'inf' and done_at_head(id) then
-      -- Scored 'inf': a fire, a completion or a rebuild changed it, no command since;
-      -- done: its tombstone.
-      undeferred[#undeferred + 1] = id
-      taken[#taken + 1] = id
-      answer(id, nil)
-    else
-      -- A done timer (most pages after fires): a tombstone if any state of it was
-      -- written, else nothing; answered without building its fields, and its record
-      -- read only up to p (done_head).
-      local own = redis.call('GET', REC.base .. 't:' .. id) or false
-      local st, p = done_head(own)
-      local t = false
-      if not st or st == 'fired' then
-        local a, where = rec_raw(id, own)
-        a = before_claim(id, a)
-        st, p = a and (REC_STATES[a[REC_ST]] or a[REC_ST]), a and a[REC_P]
-        t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where)
+  -- Takes (id, score) rows in order until the bytes bound the page; false once they did.
+  local function take(rows)
+    for i = 1, #rows, 2 do
+      if emit_bytes >= max_bytes then
+        return false
       end
-      local f = t or {st = st, p = p}
-      local due = tonumber(f.due or '0')
-      if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then
-        local n = #by_first
-        by_first[n + 1], by_first[n + 2] = first, id
-      else
+      taken_members = taken_members + 1
+      local id, first = rows[i], rows[i + 1]
+      if writing[id] then
+        held[#held + 1] = first
+        held[#held + 1] = id
+      elseif first == REC_TOMB or (first == 'inf' and done_at_head(id)) then
+        -- A one-shot timer written, then fired, no command since (REC_TOMB); or one a
+        -- fire, a completion or a rebuild changed, no command since, found done: its
+        -- tombstone, unread.
         undeferred[#undeferred + 1] = id
-        if f.p or not REC_TERMINAL[f.st] then
-          taken[#taken + 1] = id
-          answer(id, t or nil)
+        taken[#taken + 1] = id
+        answer(id, nil)
+      else
+        -- A done timer (most pages after fires): a tombstone if any state of it was
+        -- written, else nothing; answered without building its fields, and its record
+        -- read only up to p (done_head).
+        local own = redis.call('GET', REC.base .. 't:' .. id) or false
+        local st, p = done_head(own)
+        local t = false
+        if not st or st == 'fired' then
+          local a, where = rec_raw(id, own)
+          a = before_claim(id, a)
+          st, p = a and (REC_STATES[a[REC_ST]] or a[REC_ST]), a and a[REC_P]
+          t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where)
+        end
+        local f = t or {st = st, p = p}
+        local due = tonumber(f.due or '0')
+        if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then
+          local n = #by_first
+          by_first[n + 1], by_first[n + 2] = first, id
+        else
+          undeferred[#undeferred + 1] = id
+          if f.p or not REC_TERMINAL[f.st] then
+            taken[#taken + 1] = id
+            answer(id, t or nil)
+          end
         end
       end
     end
+    return true
+  end
+  local rows = redis.call('ZRANGE', KEYS[2], '-inf', '(' .. REC_TOMB, 'BYSCORE', 'LIMIT', 0,
+    want, 'WITHSCORES')
+  local more = take(rows)
+  want = want - #rows / 2
+  if more and want > 0 then
+    local ids = redis.call('ZRANGE', KEYS[2], REC_TOMB, REC_TOMB, 'BYSCORE', 'LIMIT', 0, want)
+    want = want - #ids
+    if #leftover == 0 and next(writing) == nil then
+      -- Nothing answered twice and nothing held: the band is taken whole, its ids
+      -- answered as they were read (up to 500 × 256 bytes past the bound).
+      tombs, taken_members = ids, taken_members + #ids
+      emit_bytes = emit_bytes + #table.concat(ids)
+      in_chunks('SADD', KEYS[3], ids)
+      in_chunks('ZREM', KEYS[7], ids)
+    else
+      rows = {}
+      for _, id in ipairs(ids) do
+        local n = #rows
+        rows[n + 1], rows[n + 2] = id, REC_TOMB
+      end
+      more = take(rows)
+    end
+  end
+  if more and want > 0 then
+    take(redis.call('ZRANGE', KEYS[2], '(' .. REC_TOMB, '+inf', 'BYSCORE', 'LIMIT', 0, want,
+      'WITHSCORES'))
   end
   -- The members taken are the dirty set's first ones: removed by rank, in one call
   -- (nothing above changes the dirty set).
   if taken_members > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[2], 0, taken_members - 1)
   end
-  for j = 1, #held, 1000 do
-    redis.call('ZADD', KEYS[11], 'LT', unpack(held, j, math.min(j + 999, #held)))
-  end
-  for j = 1, #taken, 1000 do
-    redis.call('SADD', KEYS[3], unpack(taken, j, math.min(j + 999, #taken)))
-  end
-  for j = 1, #undeferred, 1000 do
-    redis.call('ZREM', KEYS[7], unpack(undeferred, j, math.min(j + 999, #undeferred)))
-  end
-  for j = 1, #by_first, 1000 do
-    redis.call('ZADD', KEYS[7], 'LT', unpack(by_first, j, math.min(j + 999, #by_first)))
-  end
+  in_chunks('ZADD', KEYS[11], held)
+  in_chunks('SADD', KEYS[3], taken)
+  in_chunks('ZREM', KEYS[7], undeferred)
+  in_chunks('ZADD', KEYS[7], by_first)
 end
 
 -- The fires that landed more than the retention ago (landed.lua; place.lua, rec_view),
@@ -364,7 +376,7 @@ end
 local left = redis.call('ZCARD', KEYS[2])
 local flight = left == 0 and listed > 0 and redis.call('ZRANGE', KEYS[5], 0, listed - 1) or {}
 local out = {left, through, string.format('%d', reflected),
-  redis.call('GET', KEYS[8]) or '0', string.format('%d', applied), #flight}
+  redis.call('GET', KEYS[8]) or '0', string.format('%d', applied), tombs, #flight}
 for i = 1, #flight do
   out[#out + 1] = flight[i]
 end

@@ -26,7 +26,8 @@ pub struct CheckpointPage {
     /// page was asked for); listed only by the last page of a checkpoint (`left` = 0),
     /// the one whose watermark is recorded.
     pub in_flight: Vec<String>,
-    /// The page's timers: their fields, or `None` for a tombstone.
+    /// The page's timers, each once: their fields, or `None` for a tombstone (the
+    /// tombstones answered as one list first).
     pub timers: Vec<(String, Option<TimerFields>)>,
 }
 
@@ -295,15 +296,17 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
         applied_now: text(next()?)?.parse().map_err(bad_reply)?,
         ..Default::default()
     };
+    let tombstones: Vec<String> = redis::from_redis_value(next()?).map_err(bad_reply)?;
     let m = int(next()?)?;
     for _ in 0..m {
         page.in_flight.push(text(next()?)?);
     }
-    page.timers = parse_states(it, |id, off| {
+    page.timers = tombstones.into_iter().map(|id| (id, None)).collect();
+    page.timers.extend(parse_states(it, |id, off| {
         Err(bad_reply(format!(
             "checkpoint: no state was sent for {id} at {off}"
         )))
-    })?;
+    })?);
     Ok(page)
 }
 
