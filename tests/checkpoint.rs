@@ -43,6 +43,17 @@ fn delivered(claimed: &ktimer::timer::Claimed, at: i64) -> Vec<Ack> {
         .collect()
 }
 
+/// Applies `cmd` at `now` with the intake writing its state, and confirms the write.
+async fn apply_written(w: &mut World, cmd: TimerCommand, now: i64) {
+    let req = w.request(cmd, now);
+    let (_, _, entries) = w.store.apply_writing(&[req], &[], now).await.unwrap();
+    assert_eq!(entries.len(), 1, "the intake writes its state");
+    w.store
+        .written((0, w.epoch), true, entries[0].first)
+        .await
+        .unwrap();
+}
+
 /// Only the page that completes a checkpoint (none left dirty) lists the fires in flight:
 /// its watermark is the one recorded. Every page stops the watermark below the first
 /// in-flight member beyond the listed ones, read alone.
@@ -133,17 +144,7 @@ async fn a_timer_created_again_and_written_by_the_intake_is_not_tombstoned() {
     assert_eq!(acks.len(), 2, "both fired");
     w.store.ack(0, w.epoch, &acks).await.expect("ack");
     // Created again, its state written by the intake (and confirmed) before the page.
-    let req = w.request(once("again", T0 + 90_000), T0 + 20_002);
-    let (_, _, entries) = w
-        .store
-        .apply_writing(&[req], &[], T0 + 20_002)
-        .await
-        .unwrap();
-    assert_eq!(entries.len(), 1, "the intake writes its state");
-    w.store
-        .written((0, w.epoch), true, entries[0].first)
-        .await
-        .unwrap();
+    apply_written(&mut w, once("again", T0 + 90_000), T0 + 20_002).await;
 
     let page = page(&w, T0 + 20_100, 100, 100).await;
     assert_eq!(
@@ -371,17 +372,7 @@ async fn a_lost_page_of_tombstones_is_answered_again_each_timer_once() {
     );
 
     // `again` is created again (its state written by the intake), then it and w3 fire.
-    let req = w.request(once("again", T0 + 40_000), T0 + 20_200);
-    let (_, _, entries) = w
-        .store
-        .apply_writing(&[req], &[], T0 + 20_200)
-        .await
-        .unwrap();
-    assert_eq!(entries.len(), 1, "the intake writes its state");
-    w.store
-        .written((0, w.epoch), true, entries[0].first)
-        .await
-        .unwrap();
+    apply_written(&mut w, once("again", T0 + 40_000), T0 + 20_200).await;
     let claimed = w.claim(T0 + 40_000, T0 + 40_000).await;
     assert_eq!(claimed.fires.len(), 2, "again and w3 fired");
     w.store
