@@ -314,9 +314,9 @@ async fn fire_phase(
     let until = |ms: i64| Instant::now() + Duration::from_millis((ms - now_ms()).max(0) as u64);
     // The costs from the first due to the last fire and the checkpoints after it: the
     // fire path's, and how busy the drain kept Redis (the lead before the first due
-    // would dilute them). When timers are due before their last commands are produced (`--lead-ms` shorter than producing
-    // takes), commands and fires share the span: it runs from the first command, and
-    // its costs are per timer, its command and its fire.
+    // would dilute them). When timers are due before their last commands are produced
+    // (`--lead-ms` shorter than producing takes), commands and fires share the span: it
+    // runs from the first command, and its costs are per timer, its command and its fire.
     let mixed = lead < (n as u64 * 1000 / per_s) as i64;
     let from_start = match mixed {
         true => Some(Span::start(env).await?),

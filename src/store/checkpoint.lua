@@ -225,6 +225,33 @@ if want > 0 then
   -- deferred: each written in one call at the end, not one per timer.
   local taken, by_first, undeferred = {}, {}, {}
   local writing = writing_set(KEYS[10])
+  -- Takes dirty timer `id` (first changed at offset `first`) by reading its record. A done
+  -- timer (most pages after fires): a tombstone if any state of it was written, else
+  -- nothing; answered without building its fields, its record read only up to p
+  -- (done_head). A one-shot timer never written and due soon is deferred.
+  local function take_read(id, first)
+    local own = redis.call('GET', REC.base .. 't:' .. id) or false
+    local st, p = done_head(own)
+    local t = false
+    if not st or st == 'fired' then
+      local a, where = rec_raw(id, own)
+      a = before_claim(id, a)
+      st, p = a and (REC_STATES[a[REC_ST]] or a[REC_ST]), a and a[REC_P]
+      t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where)
+    end
+    local f = t or {st = st, p = p}
+    local due = tonumber(f.due or '0')
+    if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then
+      local n = #by_first
+      by_first[n + 1], by_first[n + 2] = first, id
+    else
+      undeferred[#undeferred + 1] = id
+      if f.p or not REC_TERMINAL[f.st] then
+        taken[#taken + 1] = id
+        answer(id, t or nil)
+      end
+    end
+  end
   -- Takes (id, score) rows in order until the bytes bound the page; false once they did.
   local function take(rows)
     for i = 1, #rows, 2 do
@@ -244,30 +271,7 @@ if want > 0 then
         taken[#taken + 1] = id
         answer(id, nil)
       else
-        -- A done timer (most pages after fires): a tombstone if any state of it was
-        -- written, else nothing; answered without building its fields, and its record
-        -- read only up to p (done_head).
-        local own = redis.call('GET', REC.base .. 't:' .. id) or false
-        local st, p = done_head(own)
-        local t = false
-        if not st or st == 'fired' then
-          local a, where = rec_raw(id, own)
-          a = before_claim(id, a)
-          st, p = a and (REC_STATES[a[REC_ST]] or a[REC_ST]), a and a[REC_P]
-          t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where)
-        end
-        local f = t or {st = st, p = p}
-        local due = tonumber(f.due or '0')
-        if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then
-          local n = #by_first
-          by_first[n + 1], by_first[n + 2] = first, id
-        else
-          undeferred[#undeferred + 1] = id
-          if f.p or not REC_TERMINAL[f.st] then
-            taken[#taken + 1] = id
-            answer(id, t or nil)
-          end
-        end
+        take_read(id, first)
       end
     end
     return true
@@ -281,7 +285,8 @@ if want > 0 then
     want = want - #ids
     if #leftover == 0 and next(writing) == nil then
       -- Nothing answered twice and nothing held: the band is taken whole, its ids
-      -- answered as they were read (up to 500 × 256 bytes past the bound).
+      -- answered as they were read (at most a page of ids, 256 bytes each, past the
+      -- bound).
       tombs, taken_members = ids, taken_members + #ids
       emit_bytes = emit_bytes + #table.concat(ids)
       in_chunks('SADD', KEYS[3], ids)
