@@ -31,7 +31,9 @@ except ImportError:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRELUDE = ["record.lua", "late.lua", "place.lua", "misfire.lua"]
-OPTIONAL = {"late.lua"}
+# Helpers of a Redis Functions library (after writing.lua), where the revision has them.
+LIBRARY = ["writing.lua", "owed.lua", "sweep.lua"]
+OPTIONAL = {"late.lua", "owed.lua", "sweep.lua"}
 B = "lc:{lc.commands:0}:"
 EPOCH = "7"
 # A stored definition (Avro, codec::encode_stored): application, callback topic, then
@@ -87,7 +89,7 @@ def handles(r, rev, tag):
                               check=True, capture_output=True, text=True).stdout)
     if "rec_register(" not in rs:
         return {k: ("EVALSHA", r.script_load(v)) for k, v in code.items()}
-    lib = f"#!lua name=lc_{tag}\n" + "".join(source(rev, h) for h in PRELUDE + ["writing.lua"])
+    lib = f"#!lua name=lc_{tag}\n" + "".join(source(rev, h) for h in PRELUDE + LIBRARY)
     for name in code:
         lib += (f"rec_register('lc_{name}_{tag}', function(KEYS, ARGV)\nrec_fresh()\n"
                 f"{source(rev, name + '.lua')}\nend)\n")
@@ -175,8 +177,9 @@ def create_calls(r, sha, timers, now, due0, written):
                       EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, "1",
                       *create_groups(r, sha, groups))
         else:
-            call(r, sha["apply"], 10, *keys(["epoch", "offset", "idx", "inflight", "cron",
-                                               "dirty", "deferred:off", "apps", "writing", "pk"]),
+            call(r, sha["apply"], 12, *keys(["epoch", "offset", "idx", "inflight", "cron",
+                                               "dirty", "deferred:off", "apps", "writing", "pk",
+                                               "acks", "revived"]),
                       EPOCH, 86_400_000, B + "s:", -1, now, 10_000, B, 20, 604_800_000, "1",
                       *groups)
 
@@ -205,22 +208,24 @@ def checkpoint_pages(r, sha, now):
     answers the timers the pages answered."""
     answered = 0
     while True:
-        reply = call(r, sha["checkpoint"], 12, *keys(
+        reply = call(r, sha["checkpoint"], 15, *keys(
             ["epoch", "dirty", "pending", "idx", "inflight", "offset", "deferred:off", "acks",
-             "ckpt", "writing", "blocked", "pk"]), EPOCH, B, B + "s:", now, 500, 1000, 10_000,
-            5_000, 0, 1 << 20, 86_400_000)
+             "ckpt", "writing", "blocked", "pk", "owed", "owed:p", "revived"]), EPOCH, B,
+            B + "s:", now, 500, 1000, 10_000, 5_000, 0, 1 << 20, 86_400_000)
         # (Since the tombstones are answered as one list: that list, then m.)
         listed = isinstance(reply[5], list)
         tombs = reply[5] if listed else []
         m = int(reply[6 if listed else 5])
         rest = reply[(7 if listed else 6) + m:]
-        answered += len(tombs)
+        # (Since the owed list: entries, their ids after the first line.)
+        answered += sum(max(t.count(b"\n"), 1) for t in tombs)
         i = 0
         while i < len(rest):
             n = int(rest[i + 1])
             i += 2 + 2 * max(n, 0)
             answered += 1
-        call(r, sha["checkpointed"], 3, *keys(["epoch", "pending", "ckpt"]), EPOCH, "", 0)
+        call(r, sha["checkpointed"], 6, *keys(["epoch", "pending", "ckpt", "owed:p", "owed",
+                                                "revived"]), EPOCH, "", 0)
         if int(reply[0]) == 0:
             return answered
 
@@ -288,7 +293,8 @@ def life(c, sha, timers, written=False, swap_call=500):
             else:
                 for member, _ in batch:
                     args += [member, member.split(b":", 2)[2]]
-            names = ["epoch", "inflight", "dirty", "deferred:off", "acks"]
+            names = ["epoch", "inflight", "owed" if sha["owed"] else "dirty", "deferred:off",
+                     "acks"]
             names += ["firedq"] if queued else []
             call(r, sha["landed"], len(names), *keys(names), *args)
     grouped = "the number of fires n" in sha.get("swap_src", "")
@@ -337,6 +343,7 @@ def main():
                 sha["swap_src"] = source(rev, "swap.lua")
             sha["landed_queue"] = "landed" in sha and "fired queue" in source(rev, "landed.lua")
             sha["landed_blocks"] = "landed" in sha and "n timer ids" in source(rev, "landed.lua")
+            sha["owed"] = "landed" in sha and "owed tombstones" in source(rev, "landed.lua")
             sha["whole"] = "the number k of definition prefixes" in (
                 source(rev, "create.lua") if "create" in sha else "")
             for via in ["apply", "create"] if "create" in sha else ["apply"]:

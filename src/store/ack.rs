@@ -98,7 +98,7 @@ impl Store {
         let mut inv = self.scripts.landed.call();
         inv.key(k.epoch())
             .key(k.inflight())
-            .key(k.dirty())
+            .key(k.owed())
             .key(k.deferred())
             .key(k.acks())
             .key(k.fired_queue())

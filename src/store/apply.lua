@@ -6,7 +6,7 @@
 --       (checkpoint.lua), 8 live timers per application, 9 the states the caller writes
 --       (hash: per call, field its first offset written, value the ids, written.lua),
 --       10 parked index (claim.lua: the parked members of application APP are in
---       KEYS[10] .. ':' .. APP)
+--       KEYS[10] .. ':' .. APP), 11 acknowledgement counter, 12 revived (owed.lua)
 -- ARGV: 1 expected epoch, 2 retention ms, 3 slice key prefix, 4 the applied offset
 --       Redis must hold at least (what this owner applied before; -1 unknown), 5 now ms,
 --       6 defer ms, 7 the partition's key prefix (timer records, record.lua), 8 history
@@ -62,6 +62,7 @@
 --   not confirmed) goes to the dirty set as before;
 -- * a live timer in the dirty set carries p (its state is owed to the state topic, and
 --   then a tombstone when it ends): set here, so a checkpoint never rewrites the record;
+--   a done timer made live again is noted revived (owed.lua: a tombstone owed is void);
 -- * a fire (FIRE_NOW) of a timer Redis holds, in any state, adds one extra fire: slice
 --   member "\1-offset:due:id" (a negative version: never stale, no state change, its own
 --   fire id); the timer keeps the offset in `fo`, so the same command applied again is a
@@ -330,6 +331,9 @@ while a <= #ARGV do
   paced_app = ARGV[a + 10] == '1' and ARGV[a + 8] or nil
   local id = ARGV[a + 2]
   local code, reason, t, unrecorded = apply_one(a)
+  if code == 'accepted' and was_done and t and not REC_TERMINAL[t.st] then
+    owed_revive(KEYS[12], KEYS[11], id)
+  end
   if code == 'rejected' and t and not unrecorded and t.a == ARGV[a + 8] then
     rec_hist_push(t, entry(a, 'rejected', reason))
     rec_put(id, t)

@@ -226,6 +226,8 @@ impl Store {
             .key(k.apps())
             .key(k.writing())
             .key(k.parked())
+            .key(k.acks())
+            .key(k.revived())
             .arg(first.epoch)
             .arg(self.retention_ms)
             .arg(k.slice_prefix())

@@ -9,18 +9,19 @@
 --       6 applied offset, 7 deferred timers by first offset, 8 acknowledgement counter,
 --       9 checkpoint sequence, 10 the states the intake writes (hash, writing.lua,
 --       prepended), 11 dirty timers waiting for such a write (by the first command
---       offset that changed them), 12 parked index (claim.lua)
+--       offset that changed them), 12 parked index (claim.lua), 13 owed tombstones,
+--       14 owed entries taken, 15 revived (owed.lua)
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 slice key prefix, 4 now ms, 5 most
 --       timers per page, 6 most in-flight members listed, 7 defer ms, 8 grace ms, 9 the
 --       oldest checkpoint sequence Redis may hold (older: Redis came back from older
 --       data, whose states must never reach the state topic: 'fenced'), 10 most bytes of
 --       timer states per page (the page ends once its answers reach them), 11 retention
---       ms (the unwritten records of fires landed longer ago are deleted, about SWEEP
---       per call: the fired queue)
+--       ms (the unwritten records of fires landed longer ago are deleted, sweep.lua)
 -- Returns {'fenced'}, or {left, acked through ms, reflected offset, acknowledgement
--- counter, applied offset (when the watermark was read), {ids of tombstones}, m, m
--- in-flight members, then per timer: id, n, n field/value pairs}; each timer is answered
--- once, in the list or after it; left is the number of timers still dirty (a
+-- counter, applied offset (when the watermark was read), {owed entries answered whole:
+-- tombstones of the ids after their first line}, m, m in-flight members, then per
+-- timer: id, n, n field/value pairs}; each timer is answered once, in the entries or
+-- after them; left is the number of timers still dirty and owed entries (a
 -- checkpoint is complete only with a page that leaves none, and only such a page lists
 -- the in-flight members: m = 0 on the others, whose watermark nobody records); n = -1
 -- is a tombstone (the timer can never fire again).
@@ -32,8 +33,9 @@
 --   (claimed, never acknowledged) is written;
 -- * a timer that ended before any of its states was written owes no tombstone (field p
 --   marks a timer whose state was written);
--- * a dirty member scored REC_TOMB (record.lua) is a written one-shot timer a delivered
---   fire made done, no command since: answered a tombstone unread (a command lowers its
+-- * an owed entry's timer (owed.lua) whose tombstone holds is answered a tombstone
+--   unread; so is a dirty member scored REC_TOMB (record.lua: a written one-shot timer
+--   ack.lua made done, or an owed one the intake's write held; a command lowers its
 --   score to the command's offset; a create over it that the intake writes too, apply.lua);
 -- * a dirty member scored 'inf' changed by a fire, a completion or a rebuild, no command
 --   since (a command lowers the score to its offset); those scripts add 'inf' only for a
@@ -187,13 +189,6 @@ local function answer(id, t)
   end
 end
 
--- A page whose records were not confirmed is answered again first.
-local leftover = redis.call('SMEMBERS', KEYS[3])
-for _, id in ipairs(leftover) do
-  local a, where = rec_raw(id)
-  answer(id, rec_from_raw(id, before_claim(id, a), where))
-end
-
 -- Writes `ids` to `key` with command `cmd` (SADD, ZREM, or ZADD LT of (score, id) pairs),
 -- a thousand arguments per call.
 local function in_chunks(cmd, key, ids)
@@ -207,51 +202,88 @@ local function in_chunks(cmd, key, ids)
   end
 end
 
--- Moves a page of the dirty set to the pending set, deferring timers due soon. The set
--- is read in its order, in three bands: those scored below REC_TOMB (command offsets)
--- with their scores, then the REC_TOMB ones without (Redis formats each score read with
--- a %.17g printf: 2^53's sixteen digits cost about 4,000 instructions), then the 'inf'
--- ones; the members taken are always a prefix of the set.
-local want = tonumber(ARGV[5]) - #leftover
--- (first offset, id) pairs waiting in KEYS[11]: the intake is writing their state.
-local held = {}
--- The page's tombstones taken whole (answered as one list, not timer by timer).
+-- Taken into the pending set, deferred ((first offset, id) pairs), no longer deferred,
+-- and held ((first offset, id) pairs for KEYS[11]: the intake is writing their state):
+-- each written in one call at the end, not one per timer.
+local taken, by_first, undeferred, held = {}, {}, {}, {}
+local writing = writing_set(KEYS[10])
+-- Takes dirty timer `id` (first changed at offset `first`) by reading its record. A done
+-- timer (most pages after fires): a tombstone if any state of it was written, else
+-- nothing; answered without building its fields, its record read only up to p
+-- (done_head). A one-shot timer never written and due soon is deferred.
+local function take_read(id, first)
+  local own = redis.call('GET', REC.base .. 't:' .. id) or false
+  local st, p = done_head(own)
+  local t = false
+  if not st or st == 'fired' then
+    local a, where = rec_raw(id, own)
+    a = before_claim(id, a)
+    st, p = a and (REC_STATES[a[REC_ST]] or a[REC_ST]), a and a[REC_P]
+    t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where)
+  end
+  local f = t or {st = st, p = p}
+  local due = tonumber(f.due or '0')
+  if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then
+    local n = #by_first
+    by_first[n + 1], by_first[n + 2] = first, id
+  else
+    undeferred[#undeferred + 1] = id
+    if f.p or not REC_TERMINAL[f.st] then
+      taken[#taken + 1] = id
+      answer(id, t or nil)
+    end
+  end
+end
+
+-- A page whose records were not confirmed is answered again first: its timers, then its
+-- owed entries, timer by timer (a timer may be in both).
+local leftover = redis.call('SMEMBERS', KEYS[3])
+for _, id in ipairs(leftover) do
+  local a, where = rec_raw(id)
+  answer(id, rec_from_raw(id, before_claim(id, a), where))
+end
+local retaken = redis.call('LRANGE', KEYS[14], 0, -1)
+-- The page's owed entries answered whole (as they are: the ids after their first line).
 local tombs = {}
+-- Nothing answered twice, nothing held, no timer revived: owed entries younger than
+-- half the retention are answered whole.
+local whole = #leftover == 0 and #retaken == 0 and next(writing) == nil
+  and redis.call('EXISTS', KEYS[15]) == 0
+local young = now - tonumber(ARGV[11]) / 2
+-- Answers owed entry `e` (owed.lua): whole, or its tombstones that still hold timer by
+-- timer (one whose state the intake is writing is held; in an entry older than half the
+-- retention, whose records may be gone and created again, each is read).
+local function owed_answer(e)
+  local _, time = owed_head(e)
+  if whole and time > young then
+    tombs[#tombs + 1] = e
+    emit_bytes = emit_bytes + #e
+    return
+  end
+  for _, id in ipairs(owed_holding(KEYS[15], e)) do
+    if writing[id] then
+      held[#held + 1] = REC_TOMB
+      held[#held + 1] = id
+    elseif time > young then
+      answer(id, nil)
+    else
+      take_read(id, 'inf')
+    end
+  end
+end
+for _, e in ipairs(retaken) do
+  owed_answer(e)
+end
+
+-- Moves a page of the dirty set to the pending set, deferring timers due soon; owed
+-- entries are taken between the dirty set's two bands: those scored below REC_TOMB
+-- (command offsets), then the others (REC_TOMB: a tombstone the intake held, 'inf':
+-- fires); the members taken are always a prefix of the set.
+local want = tonumber(ARGV[5]) - #leftover
 if want > 0 then
   -- Bytes bound the page too: it ends once its answers reach ARGV[10] (the member that
   -- reaches them included), so large records make shorter calls, not larger ones.
   local max_bytes, taken_members = tonumber(ARGV[10]) or math.huge, 0
-  -- Taken into the pending set, deferred ((first offset, id) pairs) and no longer
-  -- deferred: each written in one call at the end, not one per timer.
-  local taken, by_first, undeferred = {}, {}, {}
-  local writing = writing_set(KEYS[10])
-  -- Takes dirty timer `id` (first changed at offset `first`) by reading its record. A done
-  -- timer (most pages after fires): a tombstone if any state of it was written, else
-  -- nothing; answered without building its fields, its record read only up to p
-  -- (done_head). A one-shot timer never written and due soon is deferred.
-  local function take_read(id, first)
-    local own = redis.call('GET', REC.base .. 't:' .. id) or false
-    local st, p = done_head(own)
-    local t = false
-    if not st or st == 'fired' then
-      local a, where = rec_raw(id, own)
-      a = before_claim(id, a)
-      st, p = a and (REC_STATES[a[REC_ST]] or a[REC_ST]), a and a[REC_P]
-      t = not (st and REC_TERMINAL[st]) and rec_from_raw(id, a, where)
-    end
-    local f = t or {st = st, p = p}
-    local due = tonumber(f.due or '0')
-    if f.st == 'scheduled' and f.k == 'o' and not f.p and due <= now + defer and due > stuck then
-      local n = #by_first
-      by_first[n + 1], by_first[n + 2] = first, id
-    else
-      undeferred[#undeferred + 1] = id
-      if f.p or not REC_TERMINAL[f.st] then
-        taken[#taken + 1] = id
-        answer(id, t or nil)
-      end
-    end
-  end
   -- Takes (id, score) rows in order until the bytes bound the page; false once they did.
   local function take(rows)
     for i = 1, #rows, 2 do
@@ -281,27 +313,14 @@ if want > 0 then
   local more = take(rows)
   want = want - #rows / 2
   if more and want > 0 then
-    local ids = redis.call('ZRANGE', KEYS[2], REC_TOMB, REC_TOMB, 'BYSCORE', 'LIMIT', 0, want)
-    want = want - #ids
-    if #leftover == 0 and next(writing) == nil then
-      -- Nothing answered twice and nothing held: the band is taken whole, its ids
-      -- answered as they were read (at most a page of ids, 256 bytes each, past the
-      -- bound).
-      tombs, taken_members = ids, taken_members + #ids
-      emit_bytes = emit_bytes + #table.concat(ids)
-      in_chunks('SADD', KEYS[3], ids)
-      in_chunks('ZREM', KEYS[7], ids)
-    else
-      rows = {}
-      for _, id in ipairs(ids) do
-        local n = #rows
-        rows[n + 1], rows[n + 2] = id, REC_TOMB
-      end
-      more = take(rows)
+    local entries, n = owed_take(KEYS[13], KEYS[14], want)
+    want = want - n
+    for _, e in ipairs(entries) do
+      owed_answer(e)
     end
   end
   if more and want > 0 then
-    take(redis.call('ZRANGE', KEYS[2], '(' .. REC_TOMB, '+inf', 'BYSCORE', 'LIMIT', 0, want,
+    take(redis.call('ZRANGE', KEYS[2], REC_TOMB, '+inf', 'BYSCORE', 'LIMIT', 0, want,
       'WITHSCORES'))
   end
   -- The members taken are the dirty set's first ones: removed by rank, in one call
@@ -309,62 +328,13 @@ if want > 0 then
   if taken_members > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[2], 0, taken_members - 1)
   end
-  in_chunks('ZADD', KEYS[11], held)
-  in_chunks('SADD', KEYS[3], taken)
-  in_chunks('ZREM', KEYS[7], undeferred)
-  in_chunks('ZADD', KEYS[7], by_first)
 end
+in_chunks('ZADD', KEYS[11], held)
+in_chunks('SADD', KEYS[3], taken)
+in_chunks('ZREM', KEYS[7], undeferred)
+in_chunks('ZADD', KEYS[7], by_first)
 
--- The fires that landed more than the retention ago (landed.lua; place.lua, rec_view),
--- from the head of the fired queue, about SWEEP per call: the records still as the claim
--- read them (scheduled, at the member's version and due, out of their slice) are
--- deleted, as a written done record would have expired; any other (written since, or
--- created again) is left.
-local SWEEP = 512
-assert(REC_V == 1 and REC_ST == 2 and REC_DUE == 5)
--- Sweeps members `first` to `last` of `members` (of a fired queue's entry).
-local function sweep_members(members, first, last)
-  local keys, vd = {}, {}
-  for i = first, last do
-    local v, due, id = string.match(members[i], '^(%d+):(%d+):(.*)$')
-    local j = #keys + 1
-    keys[j], vd[j] = REC.base .. 't:' .. id, {tonumber(v), tonumber(due), id}
-  end
-  local gone = {}
-  for i, s in ipairs(redis.call('MGET', unpack(keys))) do
-    local head = s and string.byte(s, 1)
-    if head and head >= 0x95 and head <= 0x9f then
-      local _, v, st, _, k, due = cmsgpack.unpack_limit(s, 5, 1)
-      if st == 1 and not k and v == vd[i][1] and due == vd[i][2]
-        and not redis.call('ZSCORE', ARGV[3] .. string.format('%d', math.floor(due / 60000)), vd[i][3]) then
-        gone[#gone + 1] = keys[i]
-      end
-    end
-  end
-  if #gone > 0 then
-    redis.call('DEL', unpack(gone))
-  end
-end
-local function sweep()
-  local queue, swept = REC.base .. 'firedq', 0
-  while swept < SWEEP do
-    local head = redis.call('LINDEX', queue, 0)
-    local t = head and tonumber(string.match(head, '^[^\n]*'))
-    if not t or t > now - tonumber(ARGV[11]) then
-      return
-    end
-    redis.call('LPOP', queue)
-    local members = {}
-    for m in string.gmatch(head, '\n([^\n]+)') do
-      members[#members + 1] = m
-    end
-    for i = 1, #members, 1000 do
-      sweep_members(members, i, math.min(i + 999, #members))
-    end
-    swept = swept + #members
-  end
-end
-sweep()
+fired_sweep(ARGV[3], now, tonumber(ARGV[11]))
 
 local applied = tonumber(redis.call('GET', KEYS[6]) or '-1')
 local reflected = applied
@@ -378,7 +348,7 @@ local oldest = writing_oldest(KEYS[10])
 if oldest and oldest - 1 < reflected then
   reflected = oldest - 1
 end
-local left = redis.call('ZCARD', KEYS[2])
+local left = redis.call('ZCARD', KEYS[2]) + redis.call('LLEN', KEYS[13])
 local flight = left == 0 and listed > 0 and redis.call('ZRANGE', KEYS[5], 0, listed - 1) or {}
 local out = {left, through, string.format('%d', reflected),
   redis.call('GET', KEYS[8]) or '0', string.format('%d', applied), tombs, #flight}

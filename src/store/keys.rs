@@ -95,6 +95,22 @@ impl Keys {
     pub fn pending(&self) -> String {
         self.key("pending")
     }
+    /// Tombstones owed by written one-shot timers whose fires landed, no command since
+    /// (list, `owed.lua`): one entry per `landed.lua` call, its acknowledgement count,
+    /// when its last fire was produced and how many ids, then the ids, one per line.
+    pub fn owed(&self) -> String {
+        self.key("owed")
+    }
+    /// The entries of [`Keys::owed`] a checkpoint page took and answered, until its
+    /// records are confirmed (list; answered again when the page was lost).
+    pub fn owed_taken(&self) -> String {
+        self.key("owed:p")
+    }
+    /// Timers a command created again after a fire, by the acknowledgement count then
+    /// (zset, `apply.lua`): the tombstone an earlier fire owed no longer holds.
+    pub fn revived(&self) -> String {
+        self.key("revived")
+    }
     /// Acknowledgement calls so far (string counter): a checkpoint is due when it moved.
     pub fn acks(&self) -> String {
         self.key("acks")
@@ -224,6 +240,9 @@ mod tests {
             k.cron(),
             k.dirty(),
             k.pending(),
+            k.owed(),
+            k.owed_taken(),
+            k.revived(),
             k.deferred(),
             k.writing(),
             k.checkpoint(),

@@ -3,12 +3,12 @@
 -- in-flight set: its record reads fired from then on (rec_view, place.lua; released at
 -- its claim when that was late) until the checkpoint deletes it after the retention, in
 -- the order of the fired queue, one entry per call (checkpoint.lua). Its timer leaves
--- the deferred set (its state was never written) or enters the dirty set scored REC_TOMB
--- (it owes a tombstone, record.lua). A fire no longer in flight (an acknowledgement sent
+-- the deferred set (its state was never written) or owes a tombstone: the call's written
+-- ones make one entry of the owed list (owed.lua). A fire no longer in flight (an acknowledgement sent
 -- again after a lost reply) is bookkept again only while its timer still reads fired at
 -- its version: it may have been created again since.
--- KEYS: 1 epoch, 2 in-flight set, 3 dirty set, 4 deferred (by first offset),
---       5 acknowledgement counter, 6 fired queue
+-- KEYS: 1 epoch, 2 in-flight set, 3 owed tombstones (list), 4 deferred (by first
+--       offset), 5 acknowledgement counter, 6 fired queue
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 the fired queue's
 --       entry of these fires (when the last was produced, then their members, one per
 --       line), then groups of fires whose states were all written or all not: '1' when
@@ -18,7 +18,8 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-redis.call('INCR', KEYS[5])
+local count = redis.call('INCR', KEYS[5])
+local time = string.match(ARGV[3], '^[^\n]*')
 rec_init(ARGV[2], 0)
 -- The runs: {first member's index, n, written}; the members of a run are ARGV[f] to
 -- ARGV[f + n - 1], their timer ids the n values after them.
@@ -44,20 +45,14 @@ local function still_fired(id, m)
   return a ~= nil and a[REC_ST] == REC_STATE_CODE.fired
     and a[REC_V] == tonumber(string.match(m, '^(%d+):'))
 end
--- Bookkeeps timer ids ARGV[first..last] (their states written or not).
-local function bookkeep(first, last, w)
+-- Bookkeeps timer ids args[first..last] (their states written or not).
+local function bookkeep(args, first, last, w)
+  if w then
+    owed_push(KEYS[3], count, time, args, first, last)
+    return
+  end
   for i = first, last, 1000 do
-    local j = math.min(i + 999, last)
-    if not w then
-      redis.call('ZREM', KEYS[4], unpack(ARGV, i, j))
-    else
-      local dirty = {}
-      for k = i, j do
-        dirty[#dirty + 1] = REC_TOMB
-        dirty[#dirty + 1] = ARGV[k]
-      end
-      redis.call('ZADD', KEYS[3], 'NX', unpack(dirty))
-    end
+    redis.call('ZREM', KEYS[4], unpack(args, i, math.min(i + 999, last)))
   end
 end
 -- All were in flight (the common case): the entry given goes to the queue, each run's
@@ -66,19 +61,21 @@ end
 if removed == total then
   redis.call('RPUSH', KEYS[6], ARGV[3])
   for _, r in ipairs(runs) do
-    bookkeep(r[1] + r[2], r[1] + 2 * r[2] - 1, r[3])
+    bookkeep(ARGV, r[1] + r[2], r[1] + 2 * r[2] - 1, r[3])
   end
   return removed
 end
-local queued = {string.match(ARGV[3], '^[^\n]*')}
+local queued = {time}
 for _, r in ipairs(runs) do
+  local ids = {}
   for i = r[1], r[1] + r[2] - 1 do
     local id = ARGV[i + r[2]]
     if still_fired(id, ARGV[i]) then
       queued[#queued + 1] = ARGV[i]
-      bookkeep(i + r[2], i + r[2], r[3])
+      ids[#ids + 1] = id
     end
   end
+  bookkeep(ids, 1, #ids, r[3])
 end
 if #queued > 1 then
   redis.call('RPUSH', KEYS[6], table.concat(queued, '\n'))

@@ -25,6 +25,9 @@
 //! | `PREFIX:{topic:p}:deferred:off` | zset | one-shot timers never written and due within 10 s, by first command offset: written only if still scheduled 5 s after due; the checkpoint's command offset stays below them |
 //! | `PREFIX:{topic:p}:writing` | hash | the states the intake is writing and has not confirmed: per apply call, field its first command offset, value the timer ids one per line (`writing.lua`); the checkpoint's command offset stays below them |
 //! | `PREFIX:{topic:p}:pending` | set | timers of a checkpoint page whose records are not confirmed yet |
+//! | `PREFIX:{topic:p}:owed` | list | tombstones owed by written one-shot timers whose fires landed, no command since: one entry per `landed.lua` call, `COUNT TIME N` (its acknowledgement count, when its last fire was produced, how many ids) then the ids, one per line (`owed.lua`) |
+//! | `PREFIX:{topic:p}:owed:p` | list | the `owed` entries a checkpoint page took, until its records are confirmed |
+//! | `PREFIX:{topic:p}:revived` | zset | timers a command created again after a fire, scored by the acknowledgement count then: an `owed` entry's tombstone of such a timer from that count or before no longer holds |
 //! | `PREFIX:{topic:p}:acks` | string | acknowledgement calls so far: a checkpoint is due when it moved |
 //! | `PREFIX:{topic:p}:ac` | hash | timers per state and application, field `STATE:APP`: scheduled and paused now; done states since the partition's last rebuild (`record.lua`) |
 //! | `PREFIX:{topic:p}:apps` | hash | live (scheduled or paused) timers per application: every script that makes a timer live or done moves it (`max_pending`) |
@@ -181,8 +184,10 @@ impl StoreError {
 /// older instance that takes the partition back rebuilds it instead of dropping those
 /// fires as done; version 8 writes no record at the claim nor at the acknowledgement of
 /// such a fire (its record reads fired once out of its slice), so an older
-/// instance, which would read those timers scheduled, rebuilds the partition.
-pub const STORE_FORMAT: i64 = 8;
+/// instance, which would read those timers scheduled, rebuilds the partition; version 9
+/// keeps the tombstones such fires owe in a list (`owed`), which an older instance would
+/// never write.
+pub const STORE_FORMAT: i64 = 9;
 
 /// Handle to the Redis store. Cheap to clone.
 #[derive(Clone)]

@@ -41,7 +41,8 @@ for i = 1, #REC_STATES do
 end
 local REC_LIVE = {scheduled = true, paused = true}
 -- The dirty-set score of a one-shot timer whose state was written and that a delivered
--- fire made done, no command since (landed.lua, ack.lua): its tombstone is owed, and a
+-- fire made done, no command since (ack.lua; landed.lua's are in the owed list,
+-- owed.lua, unless the intake's write held one): its tombstone is owed, and a
 -- checkpoint answers it without reading the record. Above every command offset (2^53:
 -- Lua's numbers are exact below it), so a command lowers it (`ZADD ... LT` its offset)
 -- and the timer is read again; as Redis formats the score (%.17g).

@@ -2,7 +2,7 @@
 //! primary once at start (and again into a node that lost it).
 //!
 //! The helpers every script shares (`record.lua`, `late.lua`, `place.lua`, `misfire.lua`,
-//! `writing.lua`) are defined once, when Redis loads the library; each script is a
+//! `writing.lua`, `owed.lua`, `sweep.lua`) are defined once, when Redis loads the library; each script is a
 //! function of it, called with `FCALL`. (As `EVALSHA` scripts, each call ran the helpers'
 //! definitions again: about 70,000 Redis instructions per call, more than a call's fires
 //! cost at a steady rate.)
@@ -21,14 +21,17 @@ use redis::{Cmd, Pipeline, ToRedisArgs};
 /// The helpers, defined once at the top of the library: timer records (`record.lua`: their
 /// packing, history and tallies), when a backlog's fires were claimed (`late.lua`), where
 /// a timer lives (`place.lua`: the bucket or a key of its own), misfire planning and
-/// completion (`misfire.lua`), and the codec of the `writing` hash (`writing.lua`: the
-/// states the intake writes).
-const HELPERS: [&str; 5] = [
+/// completion (`misfire.lua`), the codec of the `writing` hash (`writing.lua`: the
+/// states the intake writes), of the owed tombstones (`owed.lua`) and the sweep of the
+/// fired queue (`sweep.lua`).
+const HELPERS: [&str; 7] = [
     include_str!("record.lua"),
     include_str!("late.lua"),
     include_str!("place.lua"),
     include_str!("misfire.lua"),
     include_str!("writing.lua"),
+    include_str!("owed.lua"),
+    include_str!("sweep.lua"),
 ];
 
 /// Each script's name (its file) and body; `KEYS` and `ARGV` are its function's

@@ -98,14 +98,17 @@ impl Store {
     /// caught up.
     pub async fn unwritten(&self, partition: i32) -> Result<u64, StoreError> {
         let k = self.keys(partition);
-        let (dirty, pending, writing, blocked): (u64, u64, u64, u64) = redis::pipe()
-            .zcard(k.dirty())
-            .scard(k.pending())
-            .hlen(k.writing())
-            .zcard(k.blocked())
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(dirty + pending + writing + blocked)
+        let (dirty, pending, writing, blocked, owed, taken): (u64, u64, u64, u64, u64, u64) =
+            redis::pipe()
+                .zcard(k.dirty())
+                .scard(k.pending())
+                .hlen(k.writing())
+                .zcard(k.blocked())
+                .llen(k.owed())
+                .llen(k.owed_taken())
+                .query_async(&mut self.conn.clone())
+                .await?;
+        Ok(dirty + pending + writing + blocked + owed + taken)
     }
 
     /// Confirms the states the intake wrote for the apply call of `partition` held at
@@ -154,6 +157,9 @@ impl Store {
             .key(k.writing())
             .key(k.blocked())
             .key(k.parked())
+            .key(k.owed())
+            .key(k.owed_taken())
+            .key(k.revived())
             .arg(epoch)
             .arg(k.base())
             .arg(k.slice_prefix())
@@ -184,6 +190,9 @@ impl Store {
         inv.key(k.epoch())
             .key(k.pending())
             .key(k.checkpoint())
+            .key(k.owed_taken())
+            .key(k.owed())
+            .key(k.revived())
             .arg(epoch)
             .arg(sequence.map(|s| s.to_string()).unwrap_or_default())
             .arg(floor);
@@ -296,18 +305,23 @@ fn parse_page(reply: Vec<Value>, partition: i32) -> Result<CheckpointPage, Store
         applied_now: text(next()?)?.parse().map_err(bad_reply)?,
         ..Default::default()
     };
-    let tombstones: Vec<String> = redis::from_redis_value(next()?).map_err(bad_reply)?;
+    let owed: Vec<String> = redis::from_redis_value(next()?).map_err(bad_reply)?;
     let m = int(next()?)?;
     for _ in 0..m {
         page.in_flight.push(text(next()?)?);
     }
-    page.timers = tombstones.into_iter().map(|id| (id, None)).collect();
+    page.timers = owed.iter().flat_map(|e| owed_ids(e)).collect();
     page.timers.extend(parse_states(it, |id, off| {
         Err(bad_reply(format!(
             "checkpoint: no state was sent for {id} at {off}"
         )))
     })?);
     Ok(page)
+}
+
+/// The tombstones of an owed entry (`owed.lua`): its ids, one per line after the first.
+fn owed_ids(entry: &str) -> impl Iterator<Item = (String, Option<TimerFields>)> + '_ {
+    entry.lines().skip(1).map(|id| (id.to_string(), None))
 }
 
 /// Timer states answered by a script: id and fields, or `None` for a tombstone.
