@@ -1,6 +1,7 @@
 -- Confirms a checkpoint page: its state records were acknowledged by the broker, so the
--- pending set and the owed entries taken are emptied; with a sequence, the page completed checkpoint `sequence`,
--- whose number Redis keeps (a Redis restored from older data shows an older one).
+-- pending set and the owed entries taken are emptied; with a sequence, the page completed
+-- checkpoint `sequence`, whose number Redis keeps (a Redis restored from older data shows
+-- an older one).
 -- KEYS: 1 epoch, 2 pending set, 3 checkpoint sequence, 4 owed entries taken, 5 owed
 --       tombstones, 6 revived (owed.lua: those no owed entry needs are forgotten)
 -- ARGV: 1 expected epoch, 2 sequence ('' for a page that completed no checkpoint), 3 the
