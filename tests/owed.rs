@@ -127,3 +127,32 @@ async fn an_entry_older_than_half_the_retention_is_answered_from_the_records() {
     got.sort();
     assert_eq!(got, vec![("kept", true), ("old", false)]);
 }
+
+#[tokio::test]
+async fn a_tombstone_waits_while_the_intake_writes_an_earlier_state_of_its_timer() {
+    let mut w = World::new("owed-writing").await;
+    written(&mut w, &["t"], T0 + 20_000).await;
+    assert_eq!(fire(&w, T0 + 20_000).await, 1);
+    assert_eq!(ids(&page(&w, T0 + 20_100, true).await), vec![("t", false)]);
+    // Created again, its state written by the intake and not confirmed; then it fires.
+    let req = w.request(once("t", T0 + 40_000), T0 + 20_200);
+    let (_, _, entries) = w
+        .store
+        .apply_writing(&[req], &[], T0 + 20_200)
+        .await
+        .unwrap();
+    assert_eq!(fire(&w, T0 + 40_000).await, 1);
+    let p = page(&w, T0 + 40_100, true).await;
+    assert!(
+        ids(&p).is_empty(),
+        "held while the intake writes: {:?}",
+        ids(&p)
+    );
+    assert_eq!(p.left, 0, "a checkpoint still completes");
+    // The write confirmed, the tombstone follows it.
+    w.store
+        .written((0, w.epoch), true, entries[0].first)
+        .await
+        .unwrap();
+    assert_eq!(ids(&page(&w, T0 + 40_200, true).await), vec![("t", false)]);
+}
