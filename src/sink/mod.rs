@@ -64,10 +64,8 @@ impl SinkError {
         if !self.is_retryable() {
             return Failure::Refused;
         }
-        if matches!(self, SinkError::Canceled) {
-            return Failure::Outage;
-        }
         match self.code() {
+            _ if matches!(self, SinkError::Canceled) => Failure::Outage,
             Some(
                 C::MessageTimedOut
                 | C::AllBrokersDown
@@ -88,7 +86,9 @@ impl SinkError {
                 | C::FencedLeaderEpoch
                 | C::UnknownLeaderEpoch
                 | C::ProducerFenced
-                | C::InvalidProducerEpoch,
+                | C::InvalidProducerEpoch
+                | C::PurgeQueue
+                | C::PurgeInflight,
             ) => Failure::Outage,
             _ => Failure::Transient,
         }
@@ -196,8 +196,9 @@ impl Sink {
     /// Replaces the producer after delivery error `e` if it failed for good: librdkafka
     /// reports a fatal error, or the broker fenced it (ProducerFenced, which Tansu answers
     /// for ever after an idempotent epoch bump); without this every later record would
-    /// fail. What it held is retried by its owners: fires stay in flight in Redis, results
-    /// are re-sent by the answer stage. Call after a failed delivery; cheap otherwise.
+    /// fail. What it held (purged: an outage's failure) is retried by its owners: fires
+    /// stay in flight in Redis, results are re-sent by the answer stage. Call after a
+    /// failed delivery; cheap otherwise.
     pub fn heal(&self, e: &SinkError) {
         use rdkafka::producer::Producer;
         let reason = match self.producer().client().fatal_error() {

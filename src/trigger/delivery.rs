@@ -249,6 +249,18 @@ mod tests {
         assert_eq!(ms(next(30, true, r, 10, b)), 30_000);
     }
 
+    /// `Sink::heal` replaces a producer the broker fenced; dropping the old one purges
+    /// what it still held. That says nothing about those records: they wait like an
+    /// outage's, their delivery attempts untouched (they were dead-lettered).
+    #[test]
+    fn a_fire_purged_with_a_replaced_producer_waits_like_an_outage() {
+        use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+        for code in [C::PurgeQueue, C::PurgeInflight] {
+            let e = SinkError::Kafka(KafkaError::MessageProduction(code));
+            assert_eq!(e.failure(), Failure::Outage, "{code:?}");
+        }
+    }
+
     #[test]
     fn a_fire_released_in_its_first_attempt_lands_without_ack_lua() {
         let fire = crate::timer::Fire {
