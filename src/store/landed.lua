@@ -4,9 +4,9 @@
 -- its claim when that was late) until the checkpoint deletes it after the retention, in
 -- the order of the fired queue, one entry per call (checkpoint.lua). Its timer leaves
 -- the deferred set (its state was never written) or owes a tombstone: the call's written
--- ones make one entry of the owed list (owed.lua). A fire no longer in flight (an acknowledgement sent
--- again after a lost reply) is bookkept again only while its timer still reads fired at
--- its version: it may have been created again since.
+-- ones make one entry of the owed list (owed.lua). A fire no longer in flight (an
+-- acknowledgement sent again after a lost reply) is bookkept again only while its timer
+-- still reads fired at its version: it may have been created again since.
 -- KEYS: 1 epoch, 2 in-flight set, 3 owed tombstones (list), 4 deferred (by first
 --       offset), 5 acknowledgement counter, 6 fired queue
 -- ARGV: 1 expected epoch, 2 the partition's key prefix (record.lua), 3 the fired queue's

@@ -33,13 +33,9 @@ local function owed_head(e)
   return tonumber(c), tonumber(t), tonumber(n)
 end
 
--- The ids of entry `e`.
+-- The ids of entry `e` (after its first line, one per line as writing.lua's).
 local function owed_ids(e)
-  local ids = {}
-  for id in string.gmatch(string.sub(e, string.find(e, '\n', 1, true) + 1), '[^\n]+') do
-    ids[#ids + 1] = id
-  end
-  return ids
+  return writing_ids(string.sub(e, string.find(e, '\n', 1, true) + 1))
 end
 
 -- Moves whole entries from `key` to the end of `taken` until they hold `want` ids (the
