@@ -19,8 +19,9 @@ revision calls them: functions of one Redis Functions library (FCALL) or scripts
     scripts/lua-cost.py HEAD~3 HEAD   # revisions (git), or directories holding the .lua
     scripts/lua-cost.py --timers 2000 .
 
-Timers: one-shot, due within the minute, 100-byte payload, one application and callback
-topic (one definition prefix), as the bench's burst. valgrind is required.
+Timers: one-shot, due within the minute (one each millisecond; --per-ms N: N), 100-byte
+payload, one application and callback topic (one definition prefix), as the bench's burst.
+valgrind is required.
 """
 import argparse, os, shutil, socket, subprocess, sys, tempfile, time
 
@@ -155,13 +156,14 @@ class Counted:
         self.proc.wait()
 
 
-def create_calls(r, sha, timers, now, due0, written):
-    """The creates of `timers` new one-shot timers, as ktimer sends them: to create.lua
-    when the revision has it (`sha["via"]`), else to apply.lua; calls of 100."""
+def create_calls(r, sha, timers, now, due0, written, per_ms=1):
+    """The creates of `timers` new one-shot timers, `per_ms` due each millisecond from
+    `due0`, as ktimer sends them: to create.lua when the revision has it (`sha["via"]`),
+    else to apply.lua; calls of 100."""
     for first in range(0, timers, 100):
         groups = []
         for i in range(first, min(first + 100, timers)):
-            off, due, tid = 1000 + i, due0 + i, f"t{i}"
+            off, due, tid = 1000 + i, due0 + i // per_ms, f"t{i}"
             head, tail = fresh(off, due, now, written)
             if sha["via"] == "create":
                 groups += [off, tid, due, DEF, head, tail, "default" if i == first else ""]
@@ -236,7 +238,7 @@ def unpacked(reply):
     return reply if isinstance(reply, list) else msgpack.unpackb(reply, raw=True)
 
 
-def life(c, sha, timers, written=False, swap_call=500):
+def life(c, sha, timers, written=False, swap_call=500, per_ms=1):
     """Drives `timers` timers through create, promotion, claim and swap (calls of
     `swap_call` fires): instructions per op. `written`: due beyond the deferral window,
     their states written by the intake (confirmed by written.lua) and their tombstones
@@ -248,7 +250,7 @@ def life(c, sha, timers, written=False, swap_call=500):
     r.flushall()
     r.set(B + "epoch", EPOCH)
     c.mark()
-    create_calls(r, sha, timers, now, due0, written)
+    create_calls(r, sha, timers, now, due0, written, per_ms)
     out = {"create": c.mark()}
     if written:
         # The intake wrote their states: confirmed per create call (written.lua).
@@ -325,6 +327,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("revs", nargs="*", default=["."], help="git revisions or script directories")
     p.add_argument("--timers", type=int, default=4000, help="timers per revision (default 4000)")
+    p.add_argument("--per-ms", type=int, default=1,
+                   help="timers due each millisecond (default 1; a steady 10,000/s is 10)")
     p.add_argument("--swap-calls", type=int, default=500,
                    help="fires per swap call (default 500; the call's own cost shows at 1)")
     a = p.parse_args()
@@ -349,7 +353,7 @@ def main():
             for via in ["apply", "create"] if "create" in sha else ["apply"]:
                 sha["via"] = via
                 for written in [False, True]:
-                    n = life(c, sha, a.timers, written, a.swap_calls)
+                    n = life(c, sha, a.timers, written, a.swap_calls, a.per_ms)
                     name = f"{rev} ({via}.lua)" if "create" in sha else rev
                     name += ", written" if written else ""
                     print(f"{name:<40}" + "".join(f"{n[k]:>10.0f}" if k in n else f"{'':>10}"

@@ -134,11 +134,13 @@ local function cron_take(t, due, id)
 end
 
 -- The in-flight member of one-shot timer `id` at version `v`, due `due` (numbers), and
--- its in-flight score (the due as a string, cut out of the member: each integer
--- formatted costs a printf, and a slice read with its scores one more per member).
+-- its in-flight score (the due as a string). An integer formatted costs a printf (so does
+-- a score read): each version and due met is formatted once per call (`ints`).
+local ints = {}
 local function one_shot_flight(v, due, id)
-  local f = string.format('%d:%d:%s', v, due, id)
-  return f, string.sub(f, string.find(f, ':', 1, true) + 1, #f - #id - 1)
+  local vs, ds = ints[v] or string.format('%d', v), ints[due] or string.format('%d', due)
+  ints[v], ints[due] = vs, ds
+  return vs .. ':' .. ds .. ':' .. id, ds
 end
 
 -- Fires taken as fired per application (their counts move once per application), and the
@@ -159,11 +161,10 @@ local function take_lean(member, m, s)
     return false
   end
   -- (unpack_limit: objects from a 0-based offset; answers the offset after them, or -1.)
-  local o, v, st, _, k, due = cmsgpack.unpack_limit(s, 5, 1)
+  local od, v, st, _, k, due, app = cmsgpack.unpack_limit(s, 6, 1)
   if not (st == 1 and not k and due and due <= upto and math.floor(due / 60000) == m) then
     return nil
   end
-  local od, app = cmsgpack.unpack_limit(s, 1, o)
   if od < 0 or string.byte(s, od + 1) ~= 0x92 then
     return false
   end
