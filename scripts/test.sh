@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 KTIMER_TANSU_BIN=$(scripts/install-deps.sh --for-tests)
 export KTIMER_TANSU_BIN
+# The service's log of in-process instances, printed with a failing test's output (a passing
+# test's is dropped): what a fault test's failure is read from.
+export KTIMER_TEST_LOG=${KTIMER_TEST_LOG:-ktimer=info}
 echo "==> building and running the tests (the first build takes a few minutes)..." >&2
 if [ "$#" -eq 0 ]; then
   echo "==> the alert rules' unit tests (promtool test rules)..." >&2

@@ -80,6 +80,7 @@ impl TestEnv {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
                 .with_test_writer()
+                .with_ansi(false)
                 .try_init();
         }
         let name = name.to_string();
