@@ -279,11 +279,17 @@ pub struct Fire {
     pub due_ms: i64,
     /// What to deliver.
     pub def: TimerDef,
-    /// The record the claim read from the timer's own key (a scheduled one-shot timer),
-    /// present when the claim took the fire as fired without writing the record (it reads
-    /// fired from then on): its acknowledgement only takes it out of flight
-    /// (`store::landed`).
-    pub record: Option<Vec<u8>>,
+    /// Set when the claim took the fire as fired without writing the timer's record (a
+    /// scheduled one-shot timer read from its own key; the record reads fired from then
+    /// on): its acknowledgement only takes it out of flight (`store::landed`).
+    pub taken: Option<Taken>,
+}
+
+/// What a claim read of a one-shot timer whose fire it took as fired ([`Fire::taken`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// Whether a state of the timer was written (its record's `p`): it owes a tombstone.
+    pub written: bool,
 }
 
 /// The result of a claim: fires to deliver and when the next one is due.

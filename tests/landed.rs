@@ -289,7 +289,7 @@ async fn a_fire_under_way_that_is_dead_lettered_ends_its_timer_dead_lettered() {
     w.apply(once_of("app", "t", due), T0).await;
     let claimed = claim(&w, due, due).await;
     assert!(
-        claimed.fires[0].record.is_some(),
+        claimed.fires[0].taken.is_some(),
         "taken as fired at its claim"
     );
     let dead = Ack::Produced {

@@ -316,7 +316,7 @@ async fn a_large_record_is_not_answered_with_its_fire() {
     let held: std::collections::BTreeMap<_, _> = claimed
         .fires
         .iter()
-        .map(|f| (f.timer_id.as_str(), f.record.is_some()))
+        .map(|f| (f.timer_id.as_str(), f.taken.is_some()))
         .collect();
     assert_eq!(held, [("big", false), ("small", true)].into());
     for (id, want) in [("big", TimerState::Scheduled), ("small", TimerState::Fired)] {
@@ -377,7 +377,7 @@ async fn every_claimed_fire_carries_the_definition_it_was_created_with() {
     }
     let held: Vec<_> = fires
         .iter()
-        .map(|(id, f)| (*id, f.record.is_some()))
+        .map(|(id, f)| (*id, f.taken.is_some()))
         .collect();
     let want = [
         ("a1", true),

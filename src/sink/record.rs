@@ -96,21 +96,18 @@ pub fn envelope(fire: &Fire, id: &str, stamp: Stamp) -> FiredEvent {
 /// kept `traceparent` as the fire's child span, [`crate::trace`]).
 pub fn fire_headers(fire: &Fire, id: &str, stamp: Stamp, instance: &str) -> OwnedHeaders {
     let cb = &fire.def.callback;
-    let (due, fired, att, ep) = (
-        fire.due_ms.to_string(),
-        stamp.fired_ms.to_string(),
-        stamp.attempt.to_string(),
-        stamp.epoch.to_string(),
-    );
+    // (Integers formatted on the stack: librdkafka copies each header's bytes.)
+    let mut n = [(); 4].map(|_| itoa::Buffer::new());
+    let [due, fired, att, ep] = &mut n;
     let mut h = OwnedHeaders::new_with_capacity(8 + cb.headers.len())
         .insert(header(headers::FIRE_ID, id))
         .insert(header(headers::TIMER_ID, &fire.timer_id))
         .insert(header(headers::APPLICATION, &fire.def.application))
-        .insert(header(headers::DUE_MS, &due))
-        .insert(header(headers::FIRED_MS, &fired))
-        .insert(header(headers::ATTEMPT, &att))
+        .insert(header(headers::DUE_MS, due.format(fire.due_ms)))
+        .insert(header(headers::FIRED_MS, fired.format(stamp.fired_ms)))
+        .insert(header(headers::ATTEMPT, att.format(stamp.attempt)))
         .insert(header(headers::INSTANCE, instance))
-        .insert(header(headers::EPOCH, &ep));
+        .insert(header(headers::EPOCH, ep.format(stamp.epoch)));
     for (k, v) in &cb.headers {
         h = h.insert(header(k, &crate::trace::fire_header(k, v, id)));
     }
@@ -166,7 +163,7 @@ mod tests {
                 application: "app".into(),
                 callback: cb,
             },
-            record: None,
+            taken: None,
         }
     }
 

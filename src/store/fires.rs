@@ -5,7 +5,7 @@
 use super::record::{self, Prefixes};
 use super::{bad_reply, Store, StoreError};
 use crate::codec;
-use crate::timer::{Claimed, Fire};
+use crate::timer::{Claimed, Fire, Taken};
 
 /// How many in-flight members one recover page asks ZSCAN for.
 const RECOVER_PAGE: usize = 500;
@@ -167,23 +167,27 @@ fn parse_claimed(reply: Vec<Vec<u8>>) -> Result<Claimed, StoreError> {
 }
 
 /// Parses `member, definition` pairs (member `version:due:id`) into fires; with
-/// `records` (a claim's), triples: the record the claim read follows (empty: none), and
-/// an empty definition is the record's, its prefix among `records`.
+/// `records` (a claim's), triples: the record the claim read follows (empty: none; else
+/// the fire was taken as fired, [`Taken`]), and an empty definition is the record's, its
+/// prefix among `records`.
 fn parse_fires(
     mut it: impl Iterator<Item = Vec<u8>>,
     records: Option<&Prefixes>,
 ) -> Result<Vec<Fire>, StoreError> {
     let mut out = Vec::new();
     while let (Some(member), Some(def)) = (it.next(), it.next()) {
-        let record = match records.map(|_| it.next()) {
-            None => None,
-            Some(Some(r)) => (!r.is_empty()).then_some(r),
-            Some(None) => return Err(bad_reply("claim: a fire without its record")),
-        };
-        let def = match (&record, records) {
-            (Some(r), Some(prefixes)) if def.is_empty() => record::definition(r, prefixes)
-                .ok_or_else(|| bad_reply("claim: a record without its definition"))?,
-            _ => def,
+        let (def, taken) = match records {
+            None => (def, None),
+            Some(prefixes) => match it.next() {
+                None => return Err(bad_reply("claim: a fire without its record")),
+                Some(r) if r.is_empty() => (def, None),
+                Some(r) => {
+                    let (whole, written) = record::claimed(&r, prefixes)
+                        .ok_or_else(|| bad_reply("claim: a record without its definition"))?;
+                    let def = if def.is_empty() { whole } else { def };
+                    (def, Some(Taken { written }))
+                }
+            },
         };
         let member = String::from_utf8(member).map_err(bad_reply)?;
         let bad = || bad_reply(format!("bad fire member {member}"));
@@ -201,7 +205,7 @@ fn parse_fires(
             version,
             due_ms,
             def,
-            record,
+            taken,
         });
     }
     Ok(out)
@@ -228,17 +232,23 @@ mod tests {
                 timer_id: "order:42".into(), // ids may contain the separator
                 version: 12,
                 due_ms: 5000,
-                def,
-                record: None,
+                def: def.clone(),
+                taken: None,
             }]
         );
         let no = Prefixes::new();
-        let with = vec![b"1:2:a".to_vec(), stored.clone(), b"\x91\x01".to_vec()];
+        // [v, st, rq, k, due, a, d, p]: taken as fired, a state of it written (`p` true).
+        let record = vec![0x98, 1, 1, 0xc3, 0xc2, 2, 0xc2, 0xa1, b'd', 0xc3];
+        let with = vec![b"1:2:a".to_vec(), stored.clone(), record];
         let fires = parse_fires(with.into_iter(), Some(&no)).unwrap();
-        assert_eq!(fires[0].record.as_deref(), Some(&b"\x91\x01"[..]));
+        assert_eq!(fires[0].taken, Some(Taken { written: true }));
+        assert_eq!(
+            fires[0].def, def,
+            "the definition answered, not the record's"
+        );
         let none = vec![b"1:2:a".to_vec(), stored.clone(), vec![]];
         assert_eq!(
-            parse_fires(none.into_iter(), Some(&no)).unwrap()[0].record,
+            parse_fires(none.into_iter(), Some(&no)).unwrap()[0].taken,
             None
         );
         let pairs = vec![
@@ -297,7 +307,7 @@ mod tests {
         assert_eq!(c.parked, vec![("paced".into(), 40), ("slow".into(), 3)]);
         assert_eq!(c.fires.len(), 2);
         assert_eq!(c.fires[1].def, c.fires[0].def, "the record's definition");
-        assert_eq!(c.fires[1].record, Some(record));
+        assert_eq!(c.fires[1].taken, Some(Taken { written: false }));
         let mut unknown = reply;
         unknown[16] = b("2");
         assert!(parse_claimed(unknown).is_err(), "a prefix not answered");

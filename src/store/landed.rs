@@ -10,8 +10,7 @@
 //! record (also for a fire the claim took, re-driven or dead-lettered: its record is then
 //! written, its last fire the one given).
 
-use super::record::{items, P};
-use crate::timer::Fire;
+use crate::timer::{Fire, Taken};
 
 /// A delivered one-shot fire the claim took as fired (`landed.lua`).
 #[derive(Debug, Clone, PartialEq)]
@@ -29,17 +28,16 @@ pub struct Landed {
     pub attempt: i32,
 }
 
-/// The lean acknowledgement of `fire`, produced at `fired_ms` in attempt `attempt`, whose
-/// claim answered record `read`; `None` when `read` is not a packed record.
-pub fn landed(fire: &Fire, read: &[u8], fired_ms: i64, attempt: i32) -> Option<Landed> {
-    let items = items(read)?;
-    Some(Landed {
-        member: fire.member.clone(),
-        timer_id: fire.timer_id.clone(),
-        written: items.get(P).is_some_and(|b| b[..] != [0xc2]),
+/// The lean acknowledgement of `fire` (its claim took it as fired, `taken`), produced at
+/// `fired_ms` in attempt `attempt`.
+pub fn landed(fire: Fire, taken: Taken, fired_ms: i64, attempt: i32) -> Landed {
+    Landed {
+        member: fire.member,
+        timer_id: fire.timer_id,
+        written: taken.written,
         fired_ms,
         attempt,
-    })
+    }
 }
 
 /// The fired queue's entry of the fires of `landed`, as `landed.lua` appends it and the
@@ -68,27 +66,16 @@ mod tests {
             version: 7,
             due_ms: 5000,
             def: Default::default(),
-            record: None,
+            taken: None,
         }
-    }
-
-    /// [v, st, rq, k, due, a, d, p, h] as record.lua packs a one-shot timer, `p` given.
-    fn record(p: u8) -> Vec<u8> {
-        let mut r = vec![
-            0x99, 7, 1, 0xc3, 0xc2, 0xcd, 0x13, 0x88, 0xc2, 0xa2, b'd', 0xff,
-        ];
-        r.extend([p, 0xa1, b'h']);
-        r
     }
 
     #[test]
     fn a_fire_owes_a_tombstone_when_a_state_of_its_timer_was_written() {
-        let l = landed(&fire(), &record(0xc2), 9000, 2).unwrap();
+        let l = landed(fire(), Taken { written: false }, 9000, 2);
         assert_eq!((l.member.as_str(), l.timer_id.as_str()), ("7:5000:t", "t"));
         assert_eq!((l.written, l.fired_ms, l.attempt), (false, 9000, 2));
-        assert!(landed(&fire(), &record(0xa1), 9000, 1).unwrap().written);
-        let short = [0x95, 7, 1, 0xc3, 0xc2, 5];
-        assert!(!landed(&fire(), &short, 9000, 1).unwrap().written);
+        assert!(landed(fire(), Taken { written: true }, 9000, 1).written);
     }
 
     #[test]
@@ -103,11 +90,5 @@ mod tests {
         let (a, c) = (at("1:5:a", 9), at("3:6:c", 7));
         assert_eq!(fired_queue_entry(&[&a, &c]), "9\n1:5:a\n3:6:c");
         assert_eq!(fired_queue_entry(&[]), "", "no fires");
-    }
-
-    #[test]
-    fn what_is_not_a_record_is_left_to_ack_lua() {
-        assert!(landed(&fire(), b"\x91", 9000, 1).is_none(), "truncated");
-        assert!(landed(&fire(), b"", 9000, 1).is_none(), "empty");
     }
 }

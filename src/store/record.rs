@@ -1,6 +1,7 @@
 //! The packed timer record as ktimer reads it: record.lua's layout (`rec_pack`), the one
 //! copy of its positions on this side, and what the fire path takes from a record the
-//! claim answered (its items; its definition, so Redis does not send it twice).
+//! claim answered (its definition, so Redis does not send it twice, and whether a state
+//! of its timer was written).
 //!
 //! A record is a MessagePack array in the order of record.lua's `REC_FIELDS`. Its
 //! definition `d` (position [`D`]) is either the whole stored definition (a string) or
@@ -16,41 +17,33 @@ pub(super) const P: usize = 7;
 /// Definition prefixes by number, as a claim answers the ones its records use.
 pub(super) type Prefixes = HashMap<u64, Vec<u8>>;
 
-/// The items of packed array `bytes`, each as its own bytes; `None` if it is not one.
-pub(super) fn items(bytes: &[u8]) -> Option<Vec<&[u8]>> {
-    let mut rd = bytes;
-    let n = rmp::decode::read_array_len(&mut rd).ok()? as usize;
-    let mut items = Vec::with_capacity(n);
-    for _ in 0..n {
-        let before = rd;
-        rmpv::decode::read_value_ref(&mut rd).ok()?;
-        items.push(&before[..before.len() - rd.len()]);
-    }
-    rd.is_empty().then_some(items)
-}
-
-/// The stored definition record `bytes` holds, its prefix taken from `prefixes`; `None`
-/// when it holds none, or a prefix `prefixes` lacks.
-pub(super) fn definition(bytes: &[u8], prefixes: &Prefixes) -> Option<Vec<u8>> {
+/// What a fire takes from record `bytes` a claim answered: its stored definition (the
+/// prefix taken from `prefixes`) and whether a state of the timer was written (its `p`
+/// item is there and not `false`); `None` when it holds no definition, or a prefix
+/// `prefixes` lacks. Reads the record once, up to its `p`.
+pub(super) fn claimed(bytes: &[u8], prefixes: &Prefixes) -> Option<(Vec<u8>, bool)> {
     use rmpv::ValueRef;
     let mut rd = bytes;
-    if (rmp::decode::read_array_len(&mut rd).ok()? as usize) <= D {
+    let n = rmp::decode::read_array_len(&mut rd).ok()? as usize;
+    if n <= D {
         return None;
     }
     for _ in 0..D {
         rmpv::decode::read_value_ref(&mut rd).ok()?;
     }
-    match rmpv::decode::read_value_ref(&mut rd).ok()? {
-        ValueRef::String(s) => Some(s.as_bytes().to_vec()),
+    let def = match rmpv::decode::read_value_ref(&mut rd).ok()? {
+        ValueRef::String(s) => s.as_bytes().to_vec(),
         ValueRef::Array(pair) => match &pair[..] {
             [ValueRef::Integer(n), ValueRef::String(rest)] => {
                 let prefix = prefixes.get(&n.as_u64()?)?;
-                Some([&prefix[..], rest.as_bytes()].concat())
+                [&prefix[..], rest.as_bytes()].concat()
             }
-            _ => None,
+            _ => return None,
         },
-        _ => None,
-    }
+        _ => return None,
+    };
+    let written = n > P && rd.first().is_some_and(|&b| b != 0xc2);
+    Some((def, written))
 }
 
 #[cfg(test)]
@@ -68,17 +61,30 @@ mod tests {
         let rec = record(b"\x92\x03\xa6\x00\xffrest");
         let prefixes = Prefixes::from([(3, b"app\x02topic".to_vec())]);
         assert_eq!(
-            definition(&rec, &prefixes).unwrap(),
+            claimed(&rec, &prefixes).unwrap().0,
             b"app\x02topic\x00\xffrest"
         );
-        assert_eq!(definition(&rec, &Prefixes::new()), None, "prefix unknown");
+        assert_eq!(claimed(&rec, &Prefixes::new()), None, "prefix unknown");
     }
 
     #[test]
     fn a_whole_definition_is_taken_as_it_is() {
         let rec = record(b"\xa5whole");
-        assert_eq!(definition(&rec, &Prefixes::new()).unwrap(), b"whole");
-        assert_eq!(definition(b"\x91\x01", &Prefixes::new()), None, "no d");
-        assert_eq!(items(b"\x92\x01"), None, "truncated");
+        assert_eq!(claimed(&rec, &Prefixes::new()).unwrap().0, b"whole");
+        assert_eq!(claimed(b"\x91\x01", &Prefixes::new()), None, "no d");
+        assert_eq!(claimed(b"\x98\x01", &Prefixes::new()), None, "truncated");
+    }
+
+    #[test]
+    fn a_record_says_whether_a_state_of_its_timer_was_written() {
+        let d = b"\xa1d";
+        let with = |p: &[u8]| [&[0x99, 7, 1, 0xc3, 0xc2, 7, 0xc2][..], d, p, b"\xa1h"].concat();
+        let none = Prefixes::new();
+        assert_eq!(claimed(&with(b"\xc2"), &none), Some((b"d".to_vec(), false)));
+        assert_eq!(claimed(&with(b"\xc3"), &none), Some((b"d".to_vec(), true)));
+        assert_eq!(claimed(&with(b"\xa1w"), &none).map(|c| c.1), Some(true));
+        // Seven items: no `p` (a record packed before it had one).
+        let short = [&[0x97, 7, 1, 0xc3, 0xc2, 7, 0xc2][..], d].concat();
+        assert_eq!(claimed(&short, &none), Some((b"d".to_vec(), false)));
     }
 }

@@ -8,7 +8,7 @@
 //! everything it held.
 
 use crate::timer::Fire;
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -79,8 +79,7 @@ pub fn weight(f: &Fire) -> usize {
     let cb = &f.def.callback;
     let headers: usize = cb.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
     let key = cb.key.as_ref().map_or(0, |k| k.len());
-    let record = f.record.as_ref().map_or(0, |r| r.len());
-    FIRE_OVERHEAD + f.member.len() + cb.payload.len() + headers + key + record
+    FIRE_OVERHEAD + f.member.len() + cb.payload.len() + headers + key
 }
 
 /// One held fire: its weight and, for a paced application, the application.
@@ -104,8 +103,8 @@ impl Held {
     pub fn new(budget: Arc<Budget>) -> Held {
         Held {
             budget,
-            members: HashMap::new(),
-            per_app: HashMap::new(),
+            members: HashMap::default(),
+            per_app: HashMap::default(),
         }
     }
 
@@ -131,20 +130,28 @@ impl Held {
         self.members.contains_key(member)
     }
 
-    /// Lets `member` go (acknowledged in Redis).
-    pub fn remove(&mut self, member: &str) {
-        let Some(e) = self.members.remove(member) else {
-            return;
-        };
-        if let Some(app) = e.app {
-            if let Some(n) = self.per_app.get_mut(&app) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_app.remove(&app);
+    /// Lets `members` go (acknowledged in Redis), given back to the budget at once (one
+    /// wake-up of the triggers waiting for room, not one per fire).
+    pub fn release<'a>(&mut self, members: impl IntoIterator<Item = &'a str>) {
+        let (mut fires, mut bytes) = (0, 0);
+        for member in members {
+            let Some(e) = self.members.remove(member) else {
+                continue;
+            };
+            if let Some(app) = e.app {
+                if let Some(n) = self.per_app.get_mut(&app) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.per_app.remove(&app);
+                    }
                 }
             }
+            fires += 1;
+            bytes += e.bytes;
         }
-        self.budget.give(1, e.bytes);
+        if fires > 0 {
+            self.budget.give(fires, bytes);
+        }
     }
 
     /// How many fires of paced application `app` are held.
@@ -183,7 +190,7 @@ mod tests {
             version: 1,
             due_ms: 0,
             def: Default::default(),
-            record: None,
+            taken: None,
         };
         f.def.application = app.into();
         f.def.callback.payload = vec![0; payload];
@@ -202,9 +209,15 @@ mod tests {
         assert_eq!((a.of_app("paced"), b.of_app("other")), (1, 0));
         assert!(b.insert(&fire("1:2:y", "other", 10), false));
         assert!(!budget.has_room(), "three fires held");
-        a.remove("1:1:x");
+        a.release(["1:1:x", "1:1:unknown"]);
         assert_eq!(a.of_app("paced"), 0);
-        assert!(budget.has_room());
+        assert_eq!(
+            budget.room(),
+            (1, (1 << 20) - weight(&fire("1:1:y", "other", 10)) * 2)
+        );
+        b.release(["1:1:y", "1:1:y", "1:2:y"]);
+        assert_eq!(budget.room(), (3, 1 << 20), "each let go once");
+        assert!(b.insert(&fire("1:1:y", "other", 10), false));
         drop(b);
         assert_eq!(
             budget.room(),

@@ -151,9 +151,7 @@ impl Trigger {
                 }
                 self.lease.confirm(issued);
                 self.landing.landed(members.len());
-                for a in &members {
-                    self.held.remove(a.member());
-                }
+                self.held.release(members.iter().map(|a| a.member()));
                 self.in_flight_gauge();
             }
             Done::Claimed {

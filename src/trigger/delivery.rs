@@ -48,19 +48,18 @@ pub(super) fn next(
 /// claim answered its record (it recorded the fire as done, released in attempt 1), else
 /// what `ack.lua` decides from (also for a later attempt: the timer's last fire then
 /// says which); to the dead-letter topic because of `dead`.
-fn produced_ack(mut p: Pending, dead: Option<&str>) -> Ack {
-    let landed = match (dead, p.fire.record.take()) {
-        (None, Some(read)) if p.attempt == 1 => {
-            store::landed(&p.fire, &read, p.fired_ms, p.attempt)
+fn produced_ack(p: Pending, dead: Option<&str>) -> Ack {
+    match (dead, p.fire.taken) {
+        (None, Some(taken)) if p.attempt == 1 => {
+            Ack::Landed(store::landed(p.fire, taken, p.fired_ms, p.attempt))
         }
-        _ => None,
-    };
-    landed.map(Ack::Landed).unwrap_or_else(|| Ack::Produced {
-        member: p.fire.member,
-        fired_ms: p.fired_ms,
-        attempt: p.attempt,
-        dead: dead.map(String::from),
-    })
+        _ => Ack::Produced {
+            member: p.fire.member,
+            fired_ms: p.fired_ms,
+            attempt: p.attempt,
+            dead: dead.map(String::from),
+        },
+    }
 }
 
 impl Trigger {
@@ -269,8 +268,7 @@ mod tests {
             version: 1,
             due_ms: 5,
             def: Default::default(),
-            // [v, st, rq, k, due]: a scheduled one-shot record of version 1.
-            record: Some(vec![0x95, 1, 1, 0xc3, 0xc2, 5]),
+            taken: Some(crate::timer::Taken { written: false }),
         };
         let mut p = Pending {
             fire,
@@ -289,7 +287,7 @@ mod tests {
         );
         let dead = produced_ack(p.clone(), Some("too large"));
         assert_eq!(dead.line(), "!1:5:t\t9\t2\ntoo large");
-        p.fire.record = None;
+        p.fire.taken = None;
         assert_eq!(produced_ack(p, None).line(), "1:5:t\t9\t2");
     }
 }

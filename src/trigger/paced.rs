@@ -70,7 +70,7 @@ mod tests {
             version: 1,
             due_ms: 1,
             def: Default::default(),
-            record: None,
+            taken: None,
         };
         f.def.application = app.into();
         f
@@ -93,9 +93,8 @@ mod tests {
         // 1,500 held of 2,000: not yet; at 1,000 held, claim.
         let parked = [("paced".to_string(), 7)];
         assert!(!refill_due(&apps, 1, &held, &parked));
-        for i in 0..500 {
-            held.remove(&format!("1:1:paced-{i}"));
-        }
+        let gone: Vec<String> = (0..500).map(|i| format!("1:1:paced-{i}")).collect();
+        held.release(gone.iter().map(String::as_str));
         assert!(refill_due(&apps, 1, &held, &parked));
         assert!(!refill_due(&apps, 1, &held, &[("paced".to_string(), 0)]));
         // Parked fires of an application no longer paced drain at once.

@@ -75,7 +75,7 @@ mod tests {
                 version: 1,
                 due_ms,
                 def: Default::default(),
-                record: None,
+                taken: None,
             },
             attempt: 1,
             dead: None,

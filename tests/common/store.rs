@@ -117,8 +117,8 @@ pub fn window(upto: i64, missed_before: i64, now: i64) -> ktimer::store::ClaimWi
 /// record: the claim took it as fired; `landed.lua`).
 pub fn landed(claimed: &Claimed, at: i64) -> Vec<Ack> {
     let one = |f: &Fire| {
-        let read = f.record.as_deref().expect("the record the claim read");
-        Ack::Landed(ktimer::store::landed(f, read, at, 1).expect("a record"))
+        let taken = f.taken.expect("the claim took it as fired");
+        Ack::Landed(ktimer::store::landed(f.clone(), taken, at, 1))
     };
     claimed.fires.iter().map(one).collect()
 }
