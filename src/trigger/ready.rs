@@ -18,10 +18,11 @@ pub struct Pending {
     pub fired_ms: i64,
 }
 
-/// Claimed fires by send time, then arrival order.
+/// Claimed fires by send time, then arrival order. Each is boxed: taking the first one
+/// shifts the rest of its B-tree node, pointers rather than whole fires.
 #[derive(Default)]
 pub struct Ready {
-    queue: BTreeMap<(i64, u64), Pending>,
+    queue: BTreeMap<(i64, u64), Box<Pending>>,
     seq: u64,
 }
 
@@ -29,13 +30,13 @@ impl Ready {
     /// Queues `p` to be sent at `at_ms`.
     pub fn push(&mut self, at_ms: i64, p: Pending) {
         self.seq += 1;
-        self.queue.insert((at_ms, self.seq), p);
+        self.queue.insert((at_ms, self.seq), Box::new(p));
     }
 
     /// The earliest fire whose send time is at or before `now_ms`.
     pub fn pop_due(&mut self, now_ms: i64) -> Option<Pending> {
         let entry = self.queue.first_entry()?;
-        (entry.key().0 <= now_ms).then(|| entry.remove())
+        (entry.key().0 <= now_ms).then(|| *entry.remove())
     }
 
     /// Whether a fire's send time has come by `now_ms`.
