@@ -90,7 +90,9 @@ struct Entry {
 }
 
 /// The fires one trigger holds (queued, sending, or delivered and not yet acknowledged),
-/// by in-flight member, counted against the [`Budget`] and per paced application.
+/// by in-flight member, counted against the [`Budget`] and per paced application. (Its
+/// maps hash with foldhash, seeded per process: members carry timer ids an application
+/// chooses, so not a fixed-seed hash; a fraction of SipHash's cost per fire.)
 #[derive(Debug)]
 pub struct Held {
     budget: Arc<Budget>,
