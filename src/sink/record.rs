@@ -97,8 +97,7 @@ pub fn envelope(fire: &Fire, id: &str, stamp: Stamp) -> FiredEvent {
 pub fn fire_headers(fire: &Fire, id: &str, stamp: Stamp, instance: &str) -> OwnedHeaders {
     let cb = &fire.def.callback;
     // (Integers formatted on the stack: librdkafka copies each header's bytes.)
-    let mut n = [(); 4].map(|_| itoa::Buffer::new());
-    let [due, fired, att, ep] = &mut n;
+    let [mut due, mut fired, mut att, mut ep] = [itoa::Buffer::new(); 4];
     let mut h = OwnedHeaders::new_with_capacity(8 + cb.headers.len())
         .insert(header(headers::FIRE_ID, id))
         .insert(header(headers::TIMER_ID, &fire.timer_id))

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 /// Positions in record.lua's packed array (`REC_D`, `REC_P`, 0-based).
 pub(super) const D: usize = 6;
 pub(super) const P: usize = 7;
+const _: () = assert!(P == D + 1, "claimed() reads `p` right after `d`");
 
 /// Definition prefixes by number, as a claim answers the ones its records use.
 pub(super) type Prefixes = HashMap<u64, Vec<u8>>;
@@ -42,6 +43,7 @@ pub(super) fn claimed(bytes: &[u8], prefixes: &Prefixes) -> Option<(Vec<u8>, boo
         },
         _ => return None,
     };
+    // `p` follows `d` (asserted by the positions above): its first byte is MessagePack's `false` or not.
     let written = n > P && rd.first().is_some_and(|&b| b != 0xc2);
     Some((def, written))
 }
