@@ -101,6 +101,10 @@ async fn a_short_spread_run_with_started_instances_and_a_takeover_counts_every_t
     assert_eq!(n(&r, "/floor/records"), 3000.0, "{r}");
     assert_eq!(n(&r, "/floor/rate_per_s"), 2000.0, "{r}");
     assert!(n(&r, "/floor/cpu_us_per_record") > 0.0, "{r}");
+    // Timers applied a few seconds before due owe no state: a fire is one record (a
+    // checkpoint record per partition and interval may add a few).
+    let per_fire = n(&r, "/fire/records_per_fire");
+    assert!((1.0..1.05).contains(&per_fire), "{per_fire}: {r}");
     // The instances ran as processes of their own: their CPU and memory are theirs.
     assert!(n(&r, "/pending/ktimer_cpu/us_per_item") > 0.0, "{r}");
     assert!(n(&r, "/fire/ktimer_cpu/us_per_item") > 0.0, "{r}");
@@ -172,6 +176,10 @@ async fn a_burst_against_running_instances_fires_every_timer_once() {
     assert!(
         r["fire"]["ktimer_cpu"].is_null(),
         "no instance of its own to measure"
+    );
+    assert!(
+        r["fire"]["records_per_fire"].is_null(),
+        "running instances' topics carry other records: not counted"
     );
     // All were due at the same ms: the latest fire is the largest lateness.
     assert_eq!(
@@ -279,6 +287,9 @@ async fn commands_applied_while_timers_fire_are_counted_per_timer() {
             .sum::<f64>()
     };
     assert!(calls("create") > 0.0 && calls("claim") > 0.0, "{r}");
+    // Each timer's result and its fire were produced in the span.
+    let per_fire = n(&r, "/fire/records_per_fire");
+    assert!((2.0..2.05).contains(&per_fire), "{per_fire}: {r}");
     let judged: Vec<&str> = r["checks"]
         .as_array()
         .unwrap()
@@ -289,4 +300,34 @@ async fn commands_applied_while_timers_fire_are_counted_per_timer() {
         !judged.iter().any(|w| w.contains("per fire")),
         "a timer's costs are not judged as a fire's: {judged:?}"
     );
+}
+
+/// Timers created more than the deferral window (10 s) before their due have their state
+/// written, so each fire owes its tombstone: ktimer produces two records per fire, and
+/// the producer floor it is compared with is two records' worth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn written_timers_fire_with_their_tombstones_against_a_floor_of_two_records() {
+    let (r, _) = bench(
+        "bench-written",
+        &[
+            "--timers",
+            "1000",
+            "--due",
+            "spread",
+            "--window-ms",
+            "1000",
+            "--lead-ms",
+            "12000",
+            "--pending",
+            "0",
+            "--partitions",
+            "1",
+        ],
+    );
+    assert_eq!(n(&r, "/fire/fired"), 1000.0, "{r}");
+    assert_eq!(n(&r, "/fire/missing") + n(&r, "/fire/early"), 0.0, "{r}");
+    let per_fire = n(&r, "/fire/records_per_fire");
+    assert!((2.0..2.05).contains(&per_fire), "{per_fire}: {r}");
+    // (How the floor line and the target use it: unit tests of src/bench/baseline.rs.)
+    assert!(n(&r, "/floor/cpu_us_per_record") > 0.0, "{r}");
 }

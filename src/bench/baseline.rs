@@ -32,20 +32,29 @@ pub struct FloorReport {
 }
 
 impl FloorReport {
-    /// Its report line, with ktimer's CPU per fire (`ktimer_us`) as a multiple of it.
-    pub fn line(&self, ktimer_us: Option<f64>) -> String {
+    /// The least a fire costs ktimer, µs: the floor per record times the records ktimer
+    /// produced per fire (`records_per_fire`: a fire, and the tombstone of a timer whose
+    /// state was written; one when not measured).
+    pub fn per_fire(&self, records_per_fire: Option<f64>) -> f64 {
+        self.cpu_us_per_record * records_per_fire.unwrap_or(1.0)
+    }
+
+    /// Its report line, with ktimer's CPU per fire (`ktimer_us`) as a multiple of the
+    /// floor per fire ([`FloorReport::per_fire`]).
+    pub fn line(&self, ktimer_us: Option<f64>, records_per_fire: Option<f64>) -> String {
         let pace = match self.rate_per_s {
             0 => "as fast as it goes".to_string(),
             r => format!("at {r}/s"),
         };
+        let per_fire = self.per_fire(records_per_fire);
+        let records = records_per_fire.map_or(String::new(), |r| {
+            format!("; ktimer produced {r:.2} records per fire: {per_fire:.1} µs per fire")
+        });
         let ratio = ktimer_us.map_or(String::new(), |k| {
-            format!(
-                "; ktimer per fire / floor = {:.1}",
-                k / self.cpu_us_per_record
-            )
+            format!("; ktimer per fire / floor = {:.1}", k / per_fire)
         });
         format!(
-            "producer floor {} fired-shaped records {pace} with ktimer's producer settings: {:.1} µs of CPU per record{ratio}",
+            "producer floor {} fired-shaped records {pace} with ktimer's producer settings: {:.1} µs of CPU per record{records}{ratio}",
             self.records, self.cpu_us_per_record
         )
     }
@@ -203,11 +212,18 @@ mod tests {
             rate_per_s,
             cpu_us_per_record: 12.5,
         };
-        let paced = f(10_000).line(Some(25.0));
+        let paced = f(10_000).line(Some(25.0), None);
         assert!(paced.contains("at 10000/s"), "{paced}");
         assert!(paced.contains("12.5 µs of CPU per record"), "{paced}");
         assert!(paced.ends_with("ktimer per fire / floor = 2.0"), "{paced}");
-        let burst = f(0).line(None);
+        // A fire with its tombstone: two records, the floor per fire twice as high.
+        let two = f(10_000).line(Some(25.0), Some(2.0));
+        assert!(
+            two.contains("2.00 records per fire: 25.0 µs per fire"),
+            "{two}"
+        );
+        assert!(two.ends_with("ktimer per fire / floor = 1.0"), "{two}");
+        let burst = f(0).line(None, None);
         assert!(burst.contains("as fast as it goes"), "{burst}");
         assert!(!burst.contains("floor ="), "{burst}");
     }

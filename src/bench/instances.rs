@@ -4,6 +4,7 @@
 use super::nodes::Sample;
 use anyhow::Context;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -31,9 +32,20 @@ struct Instance {
 pub struct Instances {
     running: Vec<Instance>,
     http: reqwest::Client,
+    /// The executable they run; none: this one.
+    exe: Option<PathBuf>,
 }
 
 impl Instances {
+    /// No instances yet; those started will run `exe` (none: this executable).
+    pub fn new(exe: Option<PathBuf>) -> Self {
+        Instances {
+            running: Vec::new(),
+            http: reqwest::Client::default(),
+            exe,
+        }
+    }
+
     /// Starts `n` instances with `ktimer run`'s flags `argv` (an admin port of their own
     /// each), and waits until together they own `partitions` of each commands topic of
     /// `topics`, at most 120 s.
@@ -44,7 +56,10 @@ impl Instances {
         partitions: i32,
         topics: &[String],
     ) -> anyhow::Result<()> {
-        let exe = std::env::current_exe().context("the ktimer executable")?;
+        let exe = match &self.exe {
+            Some(exe) => exe.clone(),
+            None => std::env::current_exe().context("the ktimer executable")?,
+        };
         for _ in 0..n {
             let port = std::net::TcpListener::bind("127.0.0.1:0")?
                 .local_addr()?

@@ -32,6 +32,7 @@ pub mod nodes;
 pub mod observe;
 pub mod percentiles;
 pub mod pipe;
+pub mod produced;
 pub mod rebuild;
 pub mod report;
 pub mod scripts;
@@ -164,6 +165,7 @@ async fn phases(
             "payload_bytes": args.payload_bytes,
             "pending": args.pending,
             "instance_args": args.instance_args,
+            "instance_bin": args.instance_bin,
         }),
         pending,
         rebuild,
@@ -368,6 +370,7 @@ async fn fire_phase(
         ktimer_cpu: costs.ktimer_cpu,
         redis_by_script: costs.redis_by_script,
         peak_rss_mb: env.instances.peak_rss_mb(),
+        records_per_fire: costs.records_per_item,
     };
     Ok((report, fires))
 }

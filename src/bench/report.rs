@@ -90,6 +90,10 @@ pub struct FireReport {
     /// The highest peak resident memory of a started instance, MB (`VmHWM` of its
     /// process after the fires; absent when the bench started none).
     pub peak_rss_mb: Option<f64>,
+    /// Records the started instances produced per fire over the span: the fire, and their
+    /// results and state records (a written timer's tombstone); none when not counted.
+    #[serde(default)]
+    pub records_per_fire: Option<f64>,
 }
 
 /// The pass-through baseline.
@@ -150,6 +154,9 @@ impl Report {
             ""
         };
         let _ = writeln!(s, "ktimer bench {}{via}", self.run);
+        if let Some(bin) = self.settings["instance_bin"].as_str() {
+            let _ = writeln!(s, "instances run {bin}");
+        }
         if let Some(h) = &self.host {
             let _ = writeln!(s, "{}", h.line());
         }
@@ -243,7 +250,8 @@ impl Report {
                     f.ktimer_cpu
                         .as_ref()
                         .filter(|_| !f.per_timer)
-                        .map(|c| c.us_per_item)
+                        .map(|c| c.us_per_item),
+                    f.records_per_fire
                 )
             );
         }

@@ -168,7 +168,7 @@ impl Env {
             redis_url: args.redis_url.clone(),
             prefix: own.then(|| base.clone()),
             created: names,
-            instances: Instances::default(),
+            instances: Instances::new(args.instance_bin.clone()),
             commands,
             pipe_producer,
         };

@@ -12,6 +12,8 @@ pub struct Span {
     ktimer: Option<Sample>,
     clock: anyhow::Result<ScriptClock>,
     started: Instant,
+    /// The started instances' results and state records so far (none: not counted).
+    side: Option<i64>,
 }
 
 /// What a span cost, per item.
@@ -26,6 +28,9 @@ pub struct Costs {
     pub redis_by_script: Option<ByScript>,
     /// Redis's `used_memory` at the start and at the end, all primaries, bytes.
     pub memory: (u64, u64),
+    /// Records the started instances produced per item (a fire: itself, and the results
+    /// and state records produced meanwhile), when counted.
+    pub records_per_item: Option<f64>,
 }
 
 impl Span {
@@ -36,6 +41,7 @@ impl Span {
             ktimer: env.instances.cpu(),
             clock: ScriptClock::start(&env.nodes).await,
             started: Instant::now(),
+            side: side_records(env).await,
         })
     }
 
@@ -49,13 +55,32 @@ impl Span {
             _ => None,
         };
         let memory = |s: &[Sample]| s.iter().map(|s| s.used_memory).sum();
+        let side = match (self.side, side_records(env).await) {
+            (Some(b), Some(a)) if items > 0 => Some((a - b) as f64 / items as f64),
+            _ => None,
+        };
         Ok(Costs {
             redis_cpu: nodes::cpu_between(&self.redis, &after, items, elapsed_ms),
             redis_calls: nodes::calls_between(&self.redis, &after, items),
             ktimer_cpu,
             redis_by_script,
             memory: (memory(&self.redis), memory(&after)),
+            records_per_item: side.map(|s| ((1.0 + s) * 100.0).round() / 100.0),
         })
+    }
+}
+
+/// The started instances' results and state records so far
+/// ([`super::produced::side_records`]); none for running instances (their topics carry
+/// other traffic) or when the broker did not answer (with a warning).
+async fn side_records(env: &Env) -> Option<i64> {
+    env.prefix.as_ref()?;
+    match super::produced::side_records(&env.kafka).await {
+        Ok(n) => Some(n),
+        Err(e) => {
+            eprintln!("bench: records produced beside the fires not counted: {e:#}");
+            None
+        }
     }
 }
 

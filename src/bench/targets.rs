@@ -70,7 +70,8 @@ struct FirePath {
     redis_us: f64,
     /// Keyspace operations per fire.
     keyspace: f64,
-    /// ktimer's CPU per fire, µs, and the producer floor's per record, when measured.
+    /// ktimer's CPU per fire, µs, and the producer floor per fire (its records per fire
+    /// included: [`super::baseline::FloorReport::per_fire`]), when measured.
     ktimer_us: Option<f64>,
     floor_us: Option<f64>,
 }
@@ -154,7 +155,7 @@ impl Report {
                 redis_us: f.redis_cpu.iter().map(|n| n.us_per_item).sum(),
                 keyspace: f.redis_calls.keyspace_per_item,
                 ktimer_us: f.ktimer_cpu.as_ref().map(|c| c.us_per_item),
-                floor_us: self.floor.as_ref().map(|f| f.cpu_us_per_record),
+                floor_us: (self.floor.as_ref()).map(|fl| fl.per_fire(f.records_per_fire)),
             };
             fire_path_checks(&mut c, &fp);
         }

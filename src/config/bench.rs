@@ -95,4 +95,8 @@ pub struct BenchArgs {
     /// e.g. `--instance-arg=--claim-batch=5000`.
     #[arg(long = "instance-arg", allow_hyphen_values = true)]
     pub instance_args: Vec<String>,
+    /// The ktimer executable the started instances run (default: this one). Another
+    /// build's instances, measured by this bench: two builds compared with one yardstick.
+    #[arg(long, env = "KTIMER_BENCH_INSTANCE_BIN")]
+    pub instance_bin: Option<PathBuf>,
 }
