@@ -216,6 +216,7 @@ async fn pending_phase(
     );
     let deadline = Instant::now() + Duration::from_secs(60 + (n / 5_000) as u64);
     let (answers, _) = tap.finish(deadline).await?;
+    ensure_accepted(answers.accepted, &answers.refused)?;
     // Memory at rest: once the checkpoints wrote every new timer to the state topic (the
     // dirty set is a passing queue, not what a pending timer costs). Redis's CPU counts
     // that checkpoint work too.
@@ -235,6 +236,20 @@ async fn pending_phase(
         bytes_per_timer: ((after.saturating_sub(before)) as f64 / answers.accepted.max(1) as f64)
             .round(),
     })
+}
+
+/// Fails the run when every command of a phase was refused (nothing would fire), with the
+/// reasons the results gave.
+fn ensure_accepted(
+    accepted: usize,
+    refused: &std::collections::BTreeMap<String, usize>,
+) -> anyhow::Result<()> {
+    let why = report::refusals(refused);
+    anyhow::ensure!(
+        accepted > 0 || refused.is_empty(),
+        "every command was refused: {why}"
+    );
+    Ok(())
 }
 
 /// Cancels the pending timers (on running instances) and waits for the answers.
@@ -339,6 +354,7 @@ async fn fire_phase(
     };
     let (intake, from_due) = tokio::join!(intake, from_due);
     let ((produced, answers), span) = (intake?, from_due?.or(from_start));
+    ensure_accepted(answers.accepted, &answers.refused)?;
     let span = span.expect("a span starts at the first command or at the first due");
     let (fires, _) = fires.finish(until(last_due + args.timeout_ms)).await?;
     // The costs include what the fires owe the state topic (a tombstone for each timer

@@ -140,6 +140,20 @@ pub fn per_second(n: usize, from_ms: i64, to_ms: i64) -> f64 {
     (n as f64 * 1000.0 / (to_ms - from_ms).max(1) as f64).round()
 }
 
+/// Why commands were refused: each reason with its count, most frequent first, three at
+/// most (another build's instances refuse a command schema they do not know).
+pub fn refusals(refused: &BTreeMap<String, usize>) -> String {
+    let mut by_count: Vec<(&String, &usize)> = refused.iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(a.1));
+    let mut parts: Vec<String> = (by_count.iter().take(3))
+        .map(|(why, n)| format!("{n} {why}"))
+        .collect();
+    if by_count.len() > 3 {
+        parts.push(format!("{} other reasons", by_count.len() - 3));
+    }
+    parts.join("; ")
+}
+
 impl Report {
     /// The report for people.
     pub fn text(&self) -> String {
@@ -171,6 +185,9 @@ impl Report {
                 p.redis_bytes_after as f64 / 1e6,
                 p.bytes_per_timer
             );
+            if !p.refused.is_empty() {
+                let _ = writeln!(s, "         refused: {}", refusals(&p.refused));
+            }
             let _ = writeln!(
                 s,
                 "         CPU per command: Redis {}{}",
@@ -200,6 +217,9 @@ impl Report {
             "intake   {} commands, {} accepted at {:.0}/s, last answer {} ms before the first due",
             f.timers, f.accepted, f.intake_per_s, f.answered_before_due_ms
         );
+        if !f.refused.is_empty() {
+            let _ = writeln!(s, "         refused: {}", refusals(&f.refused));
+        }
         let _ = writeln!(
             s,
             "fired    {} of {}: missing {}, early {}, duplicates {}; fire rate {:.0}/s, delivered {:.0}/s",
@@ -282,5 +302,22 @@ impl Report {
         let svg = dir.join(format!("bench-{}.svg", self.run));
         std::fs::write(&svg, super::svg::histogram(self, fire, delivery))?;
         Ok((json, svg))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refusals;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn refusals_name_the_most_frequent_reasons_first_and_count_the_rest() {
+        let refused: BTreeMap<String, usize> = [("a", 1), ("b", 5), ("c", 3), ("d", 2)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(refusals(&refused), "5 b; 3 c; 2 d; 1 other reasons");
+        let one = BTreeMap::from([("REJECTED: unknown schema".to_string(), 100)]);
+        assert_eq!(refusals(&one), "100 REJECTED: unknown schema");
     }
 }

@@ -96,7 +96,9 @@ pub struct BenchArgs {
     #[arg(long = "instance-arg", allow_hyphen_values = true)]
     pub instance_args: Vec<String>,
     /// The ktimer executable the started instances run (default: this one). Another
-    /// build's instances, measured by this bench: two builds compared with one yardstick.
+    /// build's instances, measured by this bench: two builds compared with one yardstick
+    /// (a build that does not know this bench's command schema refuses every command: the
+    /// run then stops and says why).
     #[arg(long, env = "KTIMER_BENCH_INSTANCE_BIN")]
     pub instance_bin: Option<PathBuf>,
 }
