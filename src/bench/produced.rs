@@ -4,12 +4,12 @@
 //! records, so the producer floor ([`super::baseline`]) is compared per record produced.
 
 use crate::config::KafkaArgs;
-use crate::kafka;
+use crate::{kafka, topics};
 use anyhow::Context;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use std::time::Duration;
 
-/// How long one metadata or offsets request may take.
+/// How long one offsets request may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The sum of the end offsets of the results and state topics of `kafka`: compared at a
@@ -30,17 +30,14 @@ pub async fn side_records(kafka: &KafkaArgs) -> anyhow::Result<i64> {
 
 /// The sum of the end offsets of every partition of `topic`.
 fn end_offsets(client: &BaseConsumer, topic: &str) -> anyhow::Result<i64> {
-    let meta = client
-        .fetch_metadata(Some(topic), TIMEOUT)
-        .with_context(|| format!("metadata of {topic}"))?;
+    let partitions =
+        topics::partition_count(client, topic).with_context(|| format!("partitions of {topic}"))?;
     let mut sum = 0;
-    for t in meta.topics() {
-        for p in t.partitions() {
-            let (_, high) = client
-                .fetch_watermarks(topic, p.id(), TIMEOUT)
-                .with_context(|| format!("end offset of {topic}/{}", p.id()))?;
-            sum += high;
-        }
+    for p in 0..partitions {
+        let (_, high) = client
+            .fetch_watermarks(topic, p, TIMEOUT)
+            .with_context(|| format!("end offset of {topic}/{p}"))?;
+        sum += high;
     }
     Ok(sum)
 }
